@@ -1,0 +1,28 @@
+//! Wire formats of Cadenza.
+//!
+//! Everything in this crate crosses a process boundary: Kafka messages between the admin and the
+//! workers, the names of topics and headers, and the enums of strategies, statuses and trigger kinds
+//! that the HTTP API and the database share. Changing a field here is a compatibility decision: old
+//! workers and admins must still read what new ones write (add optional fields; never rename).
+//!
+//! The JSON Schema of every message is generated from these types into `schemas/json/` and checked
+//! by a test, so a change shows up in review.
+
+mod ids;
+mod messages;
+mod schedule;
+mod strategy;
+mod topics;
+
+pub mod json_schema;
+
+pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
+pub use messages::{
+    DlqMessage, FenceMessage, Heartbeat, ResultEvent, RunFinished, RunStarted, RunningJob,
+    TriggerMessage, TriggerRecord,
+};
+pub use schedule::Schedule;
+pub use strategy::{
+    BlockStrategy, MisfireStrategy, ParseEnumError, RouteStrategy, RunStatus, TriggerKind,
+};
+pub use topics::{Topics, DEFAULT_TOPIC_PREFIX, HEADER_RECORD, HEADER_TRACEPARENT};

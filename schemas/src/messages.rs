@@ -1,0 +1,218 @@
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{JobId, JobType, TriggerId, WorkerId};
+use crate::strategy::{BlockStrategy, RunStatus, TriggerKind};
+
+/// A record on a trigger topic `<prefix>.trigger.<job_type>`.
+///
+/// Key: the job id (decimal). Header `cadenza-record`: `trigger` or `fence`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TriggerRecord {
+    /// A run to execute.
+    Trigger(TriggerMessage),
+    /// A marker an admin writes when it takes over a shard, to read a partition back up to a known
+    /// point. Workers skip it.
+    Fence(FenceMessage),
+}
+
+/// One run to execute.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TriggerMessage {
+    pub trigger_id: TriggerId,
+    pub job_id: JobId,
+    pub job_type: JobType,
+    pub kind: TriggerKind,
+    /// The instant the run was due.
+    pub fire_time: DateTime<Utc>,
+    /// The job's parameters (free text; the handler interprets it).
+    #[serde(default)]
+    pub params: String,
+    /// What to do when a run of the same job is already running or waiting on the worker.
+    pub block: BlockStrategy,
+    /// Cancel the run after this many milliseconds; 0 means no timeout.
+    #[serde(default)]
+    pub timeout_ms: u64,
+    /// 1 for the first delivery; the worker adds one when it re-runs a redelivered trigger.
+    #[serde(default = "one")]
+    pub attempt: u32,
+    /// Index of this shard for `sharding_broadcast` runs (0 otherwise).
+    #[serde(default)]
+    pub shard_index: u32,
+    /// Number of shards for `sharding_broadcast` runs (1 otherwise).
+    #[serde(default = "one")]
+    pub shard_total: u32,
+    /// The worker the partition selector chose, if any worker was live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_worker: Option<WorkerId>,
+    /// When the admin produced this record.
+    pub published_at: DateTime<Utc>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Fence record written by an admin that took over a shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FenceMessage {
+    /// The admin instance that wrote it.
+    pub admin_id: String,
+    pub shard: u32,
+    /// The lease epoch of the writer.
+    pub epoch: i64,
+    /// Unique per fence, so the writer recognises its own record when reading back.
+    pub nonce: String,
+    pub written_at: DateTime<Utc>,
+}
+
+/// An event on `<prefix>.results`. Key: the trigger id (decimal).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ResultEvent {
+    Started(RunStarted),
+    Finished(RunFinished),
+}
+
+impl ResultEvent {
+    pub fn trigger_id(&self) -> TriggerId {
+        match self {
+            ResultEvent::Started(s) => s.trigger_id,
+            ResultEvent::Finished(f) => f.trigger_id,
+        }
+    }
+}
+
+/// A worker began a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunStarted {
+    pub trigger_id: TriggerId,
+    pub job_id: JobId,
+    pub worker_id: WorkerId,
+    /// The worker's consumer group (its deployment).
+    pub group: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub attempt: u32,
+    pub started_at: DateTime<Utc>,
+}
+
+/// A worker finished a run (any terminal status a worker can decide).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunFinished {
+    pub trigger_id: TriggerId,
+    pub job_id: JobId,
+    pub worker_id: WorkerId,
+    pub group: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub attempt: u32,
+    /// One of `succeeded`, `failed`, `timed_out`, `discarded`, `cancelled`.
+    pub status: RunStatus,
+    /// Absent when the run never started (e.g. discarded while waiting).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: DateTime<Utc>,
+    /// A person-readable reason for a status other than `succeeded`, or the handler's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The tail of the run's log (bounded by the worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+}
+
+/// A worker's heartbeat on the compacted topic `<prefix>.workers` (key = worker id). A graceful
+/// stop writes a tombstone (null value) under the same key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Heartbeat {
+    pub worker_id: WorkerId,
+    /// The worker's consumer group.
+    pub group: String,
+    /// Job types it has handlers for.
+    pub job_types: Vec<JobType>,
+    /// Partitions currently assigned to it, per topic.
+    #[serde(default)]
+    pub assignments: BTreeMap<String, Vec<i32>>,
+    /// Jobs with runs in progress on it.
+    #[serde(default)]
+    pub running: Vec<RunningJob>,
+    /// How many runs it executes at once.
+    pub capacity: u32,
+    /// The worker's software version.
+    pub version: String,
+    pub started_at: DateTime<Utc>,
+    pub sent_at: DateTime<Utc>,
+    /// How often it sends a heartbeat, in milliseconds.
+    pub interval_ms: u64,
+}
+
+/// Runs of one job in progress on a worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunningJob {
+    pub job_id: JobId,
+    /// Running plus waiting runs.
+    pub runs: u32,
+}
+
+/// A message a consumer could not use, on `<prefix>.dlq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DlqMessage {
+    pub source_topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// Why it could not be used.
+    pub reason: String,
+    /// The original value, as UTF-8 (invalid bytes replaced), truncated to a bounded size.
+    pub payload: String,
+    /// Who put it here (a worker id or an admin id).
+    pub reporter: String,
+    pub at: DateTime<Utc>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigger_record_is_tagged_and_defaults_apply() {
+        let json = r#"{"type":"trigger","trigger_id":7,"job_id":3,"job_type":"demo.echo",
+            "kind":"cron","fire_time":"2026-01-01T00:00:00Z","block":"serial_execution",
+            "published_at":"2026-01-01T00:00:00.002Z"}"#;
+        let TriggerRecord::Trigger(t) = serde_json::from_str(json).unwrap() else {
+            panic!("expected a trigger");
+        };
+        assert_eq!(t.trigger_id, TriggerId(7));
+        assert_eq!((t.attempt, t.shard_index, t.shard_total), (1, 0, 1));
+        assert_eq!(t.params, "");
+        let fence = r#"{"type":"fence","admin_id":"a","shard":1,"epoch":2,"nonce":"n","written_at":"2026-01-01T00:00:00Z"}"#;
+        assert!(matches!(
+            serde_json::from_str(fence).unwrap(),
+            TriggerRecord::Fence(_)
+        ));
+    }
+
+    #[test]
+    fn result_event_round_trips() {
+        let ev = ResultEvent::Finished(RunFinished {
+            trigger_id: TriggerId(1),
+            job_id: JobId(2),
+            worker_id: WorkerId("w".into()),
+            group: "g".into(),
+            partition: 0,
+            offset: 5,
+            attempt: 1,
+            status: RunStatus::Failed,
+            started_at: None,
+            finished_at: DateTime::UNIX_EPOCH,
+            message: Some("boom".into()),
+            log: None,
+        });
+        let s = serde_json::to_string(&ev).unwrap();
+        assert!(s.starts_with(r#"{"event":"finished""#));
+        assert_eq!(serde_json::from_str::<ResultEvent>(&s).unwrap(), ev);
+    }
+}
