@@ -1,0 +1,109 @@
+//! Cadenza admin: owns job definitions in PostgreSQL, schedules them under per-shard leases,
+//! publishes triggers to Kafka, ingests results and heartbeats, and serves the HTTP API.
+//!
+//! **Architecture invariant:** this is the only crate that touches PostgreSQL.
+
+/// The text of `queries/<name>.sql`, embedded at compile time.
+#[macro_export]
+macro_rules! sql {
+    ($name:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/queries/", $name, ".sql"))
+    };
+}
+
+pub mod api;
+pub mod config;
+pub mod db;
+pub mod ingest;
+pub mod jobs;
+pub mod kafka;
+pub mod route;
+pub mod schedule;
+pub mod scheduler;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cadenza_schemas::Topics;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::AdminConfig;
+use crate::kafka::{KafkaClients, KafkaSettings};
+
+/// Runs an admin until `shutdown` is cancelled: migrates, starts the scheduler, the ingest loops
+/// and the HTTP API, then stops them in order (API, scheduler with lease release, ingest).
+pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    config
+        .scheduler
+        .validate()
+        .map_err(|m| anyhow::anyhow!("invalid configuration: {m}"))?;
+    let admin_id = config.admin_id();
+    let pool = db::pool(&config.database_url)?;
+
+    // The database may still be starting: retry the migration until it answers.
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match db::migrate(&pool).await {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "database not ready; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    let shard_count = db::ensure_shard_count(&pool, config.shard_count).await?;
+
+    let kafka = Arc::new(KafkaClients::new(KafkaSettings {
+        brokers: config.brokers.clone(),
+        topics: Topics::new(config.topic_prefix.clone()),
+        trigger_partitions: config.trigger_partitions,
+        replication_factor: config.replication_factor,
+        message_timeout_ms: config.scheduler.message_timeout_ms(),
+    })?);
+    kafka.ensure_base_topics().await?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    tracing::info!(admin_id = %admin_id, listen = %listener.local_addr()?, shards = shard_count, "admin started");
+    if config.api_token.is_none() {
+        tracing::warn!("CADENZA_API_TOKEN is not set: the HTTP API accepts requests without a token");
+    }
+
+    let tracker = TaskTracker::new();
+    let ctx = Arc::new(scheduler::SchedulerContext {
+        pool: pool.clone(),
+        admin_id: admin_id.clone(),
+        shard_count,
+        config: config.scheduler.clone(),
+        leases: Arc::new(scheduler::lease::Leases::default()),
+        wheel: Arc::new(scheduler::wheel::Wheel::default()),
+        kafka: kafka.clone(),
+    });
+    scheduler::spawn(ctx, &tracker, shutdown.clone());
+    tracker.spawn(ingest::results::run(pool.clone(), kafka.clone(), admin_id.clone(), shutdown.clone()));
+    tracker.spawn(ingest::heartbeats::run(pool.clone(), kafka.clone(), admin_id.clone(), shutdown.clone()));
+
+    let state = Arc::new(api::AppState {
+        pool: pool.clone(),
+        kafka: kafka.clone(),
+        shard_count,
+        api_token: config.api_token.clone(),
+    });
+    let app = api::router(state);
+    let api_shutdown = shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+        .await?;
+
+    tracker.close();
+    if tokio::time::timeout(Duration::from_secs(20), tracker.wait()).await.is_err() {
+        tracing::warn!("background tasks did not stop within 20 s");
+    }
+    pool.close().await;
+    tracing::info!("admin stopped");
+    Ok(())
+}

@@ -1,1 +1,27 @@
-fn main() {}
+use clap::Parser;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn,rdkafka=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let config = cadenza_admin::config::AdminConfig::parse();
+    let shutdown = CancellationToken::new();
+    let mut term = signal(SignalKind::terminate())?;
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    cadenza_admin::run(config, shutdown).await
+}

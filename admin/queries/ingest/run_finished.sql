@@ -1,0 +1,13 @@
+-- `finished` events, batched. The first terminal status wins; a repeated event changes nothing.
+UPDATE triggers t
+SET status = u.status, worker_id = u.worker_id, worker_group = u.worker_group,
+    partition = u.partition, "offset" = u.offset, attempt = u.attempt,
+    started_at = COALESCE(t.started_at, u.started_at), finished_at = u.finished_at,
+    message = u.message, log = u.log, updated_at = now()
+FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[],
+            $7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[])
+     AS u (id, worker_id, worker_group, partition, "offset", attempt, status, started_at,
+           finished_at, message, log)
+WHERE t.id = u.id
+  AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
+RETURNING t.id, t.job_id, t.kind, u.finished_at

@@ -1,0 +1,9 @@
+-- The shard is fixed from the new id: shard = id % shard_count ($1).
+WITH new_id AS (SELECT nextval(pg_get_serial_sequence('jobs', 'id')) AS id)
+INSERT INTO jobs (id, shard, name, job_type, schedule, schedule_kind, route, block, misfire,
+                  misfire_threshold_ms, params, timeout_ms, retries, retry_backoff_ms, children,
+                  enabled, next_fire_at)
+SELECT new_id.id, (new_id.id % $1)::int, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16
+FROM new_id
+RETURNING id, name, job_type, schedule, route, block, misfire, misfire_threshold_ms, params, timeout_ms,
+          retries, retry_backoff_ms, children, enabled, shard, next_fire_at, created_at, updated_at

@@ -1,0 +1,1 @@
+SELECT partitions FROM job_types WHERE job_type = $1

@@ -1,0 +1,1 @@
+SELECT value FROM cluster_settings WHERE key = 'shard_count'

@@ -1,0 +1,9 @@
+SELECT id, job_id, job_type, kind, status, fire_time, params, attempt, shard_index, shard_total,
+       route, requested_worker, routed_worker, partition, "offset", published_at, worker_id,
+       worker_group, started_at, finished_at, message, NULL::text AS log, created_at
+FROM triggers
+WHERE ($1::bigint IS NULL OR job_id = $1)
+  AND ($2::text IS NULL OR status = $2)
+  AND id < $3
+ORDER BY id DESC
+LIMIT $4

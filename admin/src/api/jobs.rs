@@ -1,0 +1,250 @@
+//! `/api/jobs`: create, list, read, update, delete, enable, disable, trigger.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query};
+use axum::http::StatusCode;
+use axum::Json;
+use cadenza_schemas::TriggerKind;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sqlx::{Postgres, Transaction};
+
+use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Shared};
+use crate::jobs::{Job, JobRow, JobSpec};
+use crate::schedule::JobSchedule;
+
+fn to_job(row: JobRow) -> ApiResult<Job> {
+    Ok(Job::try_from(row)?)
+}
+
+async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -> ApiResult<()> {
+    if spec.children.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = spec.children.iter().map(|c| c.0).collect();
+    if let Some(own) = own_id {
+        if ids.contains(&own) {
+            return Err(ApiError::invalid("children", format!("job {own} cannot be its own child")));
+        }
+    }
+    let missing: Vec<i64> = sqlx::query_scalar(sql!("jobs/missing_children"))
+        .bind(&ids)
+        .fetch_all(&state.pool)
+        .await?;
+    if !missing.is_empty() {
+        return Err(ApiError::invalid("children", format!("no job with id {missing:?}")));
+    }
+    Ok(())
+}
+
+/// Validates a spec and makes sure its job type's topic exists.
+async fn prepare(state: &AppState, spec: &JobSpec, own_id: Option<i64>, now: DateTime<Utc>) -> ApiResult<JobSchedule> {
+    let schedule = spec.validate(now)?;
+    check_children(state, spec, own_id).await?;
+    state.kafka.ensure_trigger_topic(&state.pool, &spec.job_type).await?;
+    Ok(schedule)
+}
+
+fn bind_spec<'q>(
+    q: sqlx::query::QueryAs<'q, Postgres, JobRow, sqlx::postgres::PgArguments>,
+    spec: &'q JobSpec,
+    next_fire_at: Option<DateTime<Utc>>,
+) -> ApiResult<sqlx::query::QueryAs<'q, Postgres, JobRow, sqlx::postgres::PgArguments>> {
+    let schedule = serde_json::to_value(&spec.schedule).map_err(anyhow::Error::from)?;
+    Ok(q.bind(&spec.name)
+        .bind(spec.job_type.as_str())
+        .bind(sqlx::types::Json(schedule))
+        .bind(spec.schedule.kind())
+        .bind(spec.route.as_str())
+        .bind(spec.block.as_str())
+        .bind(spec.misfire.as_str())
+        .bind(spec.misfire_threshold_ms)
+        .bind(&spec.params)
+        .bind(spec.timeout_ms)
+        .bind(spec.retries)
+        .bind(spec.retry_backoff_ms)
+        .bind(spec.children.iter().map(|c| c.0).collect::<Vec<_>>())
+        .bind(spec.enabled)
+        .bind(next_fire_at))
+}
+
+pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<Job>)> {
+    let spec: JobSpec = parse_body(&body)?;
+    let now = Utc::now();
+    let schedule = prepare(&state, &spec, None, now).await?;
+    let next = if spec.enabled { schedule.first_fire(now) } else { None };
+    let q = sqlx::query_as::<_, JobRow>(sql!("jobs/insert")).bind(state.shard_count as i64);
+    let row = bind_spec(q, &spec, next)?.fetch_one(&state.pool).await?;
+    let job = to_job(row)?;
+    tracing::info!(job_id = job.id.0, job_type = %job.spec.job_type, "job created");
+    Ok((StatusCode::CREATED, Json(job)))
+}
+
+pub async fn list(state: Shared, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<Value>> {
+    let enabled = match q.get("enabled").map(String::as_str) {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(other) => return Err(ApiError::invalid("enabled", format!("{other:?} is not true or false"))),
+    };
+    let after = match q.get("after_id") {
+        None => 0,
+        Some(s) => parse_id("after_id", s)?,
+    };
+    let limit = parse_limit(q.get("limit"))?;
+    let rows: Vec<JobRow> = sqlx::query_as(sql!("jobs/list"))
+        .bind(q.get("job_type"))
+        .bind(enabled)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&state.pool)
+        .await?;
+    let jobs = rows.into_iter().map(to_job).collect::<ApiResult<Vec<_>>>()?;
+    let next = (jobs.len() as i64 == limit).then(|| jobs.last().map(|j| j.id.0)).flatten();
+    Ok(Json(json!({ "jobs": jobs, "next_after_id": next })))
+}
+
+async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
+    let id = parse_id("id", id)?;
+    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select")).bind(id).fetch_optional(&state.pool).await?;
+    to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)
+}
+
+pub async fn get(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(load(&state, &id).await?))
+}
+
+/// Stores a changed job. Runs of its schedule that were written ahead and not yet published are
+/// dropped and written again by the scan from the new definition: with an unchanged schedule
+/// from the earliest dropped fire time (nothing is skipped), with a new schedule or on
+/// re-enabling from now (time spent disabled never fires).
+async fn store(
+    tx: &mut Transaction<'_, Postgres>,
+    current: &Job,
+    spec: &JobSpec,
+    schedule: &JobSchedule,
+) -> ApiResult<Job> {
+    let dropped: Option<DateTime<Utc>> = sqlx::query_scalar(sql!("jobs/drop_scheduled_runs"))
+        .bind(current.id.0)
+        .fetch_one(&mut **tx)
+        .await?;
+    let now = Utc::now();
+    let restart = spec.schedule != current.spec.schedule || (spec.enabled && !current.spec.enabled);
+    let next = if !spec.enabled {
+        None
+    } else if restart {
+        schedule.first_fire(now)
+    } else {
+        match (dropped, current.next_fire_at) {
+            (Some(d), Some(n)) => Some(d.min(n)),
+            (d, n) => d.or(n),
+        }
+    };
+    let q = sqlx::query_as::<_, JobRow>(sql!("jobs/update")).bind(current.id.0);
+    let row = bind_spec(q, spec, next)?.fetch_one(&mut **tx).await?;
+    to_job(row)
+}
+
+async fn modify(state: &AppState, id: &str, change: impl FnOnce(&Job) -> ApiResult<JobSpec>) -> ApiResult<Job> {
+    let id = parse_id("id", id)?;
+    // Validate outside the transaction (it may create a topic), then lock and store.
+    let current = load(state, &id.to_string()).await?;
+    let spec = change(&current)?;
+    let now = Utc::now();
+    let schedule = if spec.schedule == current.spec.schedule {
+        spec.validate(now).or_else(|e| {
+            // A stored `once` in the past stays valid when the schedule is not being changed.
+            if e.field == "schedule.at" { JobSchedule::from_stored(&spec.schedule).map_err(Into::into) } else { Err(e) }
+        })?
+    } else {
+        spec.validate(now)?
+    };
+    check_children(state, &spec, Some(id)).await?;
+    state.kafka.ensure_trigger_topic(&state.pool, &spec.job_type).await?;
+    let mut tx = state.pool.begin().await?;
+    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update")).bind(id).fetch_optional(&mut *tx).await?;
+    let locked = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
+    let job = store(&mut tx, &locked, &spec, &schedule).await?;
+    tx.commit().await?;
+    Ok(job)
+}
+
+pub async fn update(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiResult<Json<Job>> {
+    let patch: Value = parse_body(&body)?;
+    let Value::Object(patch) = patch else {
+        return Err(ApiError::invalid("body", "must be a JSON object of the fields to change"));
+    };
+    let job = modify(&state, &id, |current| {
+        let mut merged = serde_json::to_value(&current.spec).map_err(anyhow::Error::from)?;
+        if let Value::Object(m) = &mut merged {
+            m.extend(patch);
+        }
+        parse_body::<JobSpec>(merged.to_string().as_bytes())
+    })
+    .await?;
+    tracing::info!(job_id = job.id.0, "job updated");
+    Ok(Json(job))
+}
+
+async fn set_enabled(state: &AppState, id: &str, enabled: bool) -> ApiResult<Job> {
+    modify(state, id, |current| {
+        let mut spec = current.spec.clone();
+        spec.enabled = enabled;
+        Ok(spec)
+    })
+    .await
+}
+
+pub async fn enable(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(set_enabled(&state, &id, true).await?))
+}
+
+pub async fn disable(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Job>> {
+    Ok(Json(set_enabled(&state, &id, false).await?))
+}
+
+pub async fn delete(state: Shared, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let id = parse_id("id", &id)?;
+    let r = sqlx::query(sql!("jobs/delete")).bind(id).execute(&state.pool).await?;
+    if r.rows_affected() == 0 {
+        return Err(ApiError::not_found("job", id));
+    }
+    tracing::info!(job_id = id, "job deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TriggerRequest {
+    /// Parameters for this run instead of the job's.
+    params: Option<String>,
+    /// A worker to run it on.
+    worker: Option<String>,
+}
+
+pub async fn trigger(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiResult<(StatusCode, Json<Value>)> {
+    let id = parse_id("id", &id)?;
+    let req: TriggerRequest = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        TriggerRequest::default()
+    } else {
+        parse_body(&body)?
+    };
+    if let Some(w) = &req.worker {
+        if w.trim().is_empty() {
+            return Err(ApiError::invalid("worker", "must not be empty"));
+        }
+    }
+    let row: Option<(i64, bool)> = sqlx::query_as(sql!("triggers/insert_manual"))
+        .bind(id)
+        .bind(TriggerKind::Manual.as_str())
+        .bind(&req.params)
+        .bind(&req.worker)
+        .fetch_optional(&state.pool)
+        .await?;
+    let (trigger_id, _) = row.ok_or_else(|| ApiError::not_found("job", id))?;
+    tracing::info!(job_id = id, trigger_id, "manual trigger");
+    Ok((StatusCode::ACCEPTED, Json(json!({ "trigger_ids": [trigger_id] }))))
+}

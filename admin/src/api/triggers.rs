@@ -1,0 +1,72 @@
+//! `/api/triggers`: runs and their outcome.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query};
+use axum::Json;
+use cadenza_schemas::RunStatus;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::{parse_id, parse_limit, ApiError, ApiResult, Shared};
+
+/// One run as the API shows it.
+#[derive(Debug, Serialize, sqlx::FromRow)]
+pub struct Run {
+    pub id: i64,
+    pub job_id: i64,
+    pub job_type: String,
+    pub kind: String,
+    pub status: String,
+    pub fire_time: DateTime<Utc>,
+    pub params: String,
+    pub attempt: i32,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub route: String,
+    /// The worker a manual trigger asked for.
+    pub requested_worker: Option<String>,
+    /// The worker the partition selector chose.
+    pub routed_worker: Option<String>,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    pub published_at: Option<DateTime<Utc>>,
+    /// The worker that ran it.
+    pub worker_id: Option<String>,
+    pub worker_group: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub message: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+pub async fn list(state: Shared, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<Value>> {
+    let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
+    let status = match q.get("status") {
+        None => None,
+        Some(s) => Some(s.parse::<RunStatus>().map_err(|e| ApiError::invalid("status", e))?),
+    };
+    let before = match q.get("before_id") {
+        None => i64::MAX,
+        Some(s) => parse_id("before_id", s)?,
+    };
+    let limit = parse_limit(q.get("limit"))?;
+    let runs: Vec<Run> = sqlx::query_as(sql!("triggers/list"))
+        .bind(job_id)
+        .bind(status.map(|s| s.as_str()))
+        .bind(before)
+        .bind(limit)
+        .fetch_all(&state.pool)
+        .await?;
+    let next = (runs.len() as i64 == limit).then(|| runs.last().map(|r| r.id)).flatten();
+    Ok(Json(json!({ "triggers": runs, "next_before_id": next })))
+}
+
+pub async fn get(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Run>> {
+    let id = parse_id("id", &id)?;
+    let run: Option<Run> = sqlx::query_as(sql!("triggers/get")).bind(id).fetch_optional(&state.pool).await?;
+    Ok(Json(run.ok_or_else(|| ApiError::not_found("trigger", id))?))
+}

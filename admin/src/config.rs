@@ -1,0 +1,132 @@
+//! Admin configuration from the command line and `CADENZA_*` environment variables.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// `cadenza-admin`: schedules jobs from PostgreSQL onto Kafka and serves the HTTP API.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "cadenza-admin", version, about)]
+pub struct AdminConfig {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "CADENZA_DATABASE_URL")]
+    pub database_url: String,
+
+    /// Kafka bootstrap servers (comma-separated host:port).
+    #[arg(long, env = "CADENZA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+
+    /// Bearer token required by the HTTP API. Without one the API is open (a warning is logged).
+    #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+
+    /// Address of the HTTP API.
+    #[arg(long, env = "CADENZA_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Prefix of every topic name.
+    #[arg(long, env = "CADENZA_TOPIC_PREFIX", default_value = cadenza_schemas::DEFAULT_TOPIC_PREFIX)]
+    pub topic_prefix: String,
+
+    /// This admin's identity in the lease table (default: host-pid-random).
+    #[arg(long, env = "CADENZA_ADMIN_ID")]
+    pub admin_id: Option<String>,
+
+    /// Number of shards jobs are spread over; set once when the cluster is created.
+    #[arg(long, env = "CADENZA_SHARD_COUNT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub shard_count: u32,
+
+    /// Partitions of each trigger topic the admin creates.
+    #[arg(long, env = "CADENZA_TRIGGER_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..=1024))]
+    pub trigger_partitions: i32,
+
+    /// Replication factor of the topics the admin creates.
+    #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1)]
+    pub replication_factor: i32,
+
+    #[command(flatten)]
+    pub scheduler: SchedulerArgs,
+}
+
+/// Timing of leases, scans and publication.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulerArgs {
+    /// Lease time to live, in ms (database clock).
+    #[arg(long, env = "CADENZA_LEASE_TTL_MS", default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// How often leases are renewed and free shards acquired, in ms.
+    #[arg(long, env = "CADENZA_LEASE_RENEW_MS", default_value_t = 3_000)]
+    pub lease_renew_ms: u64,
+    /// An admin stops publishing this long before its lease expires by its own clock, in ms;
+    /// the producer's delivery timeout is shorter than this.
+    #[arg(long, env = "CADENZA_LEASE_MARGIN_MS", default_value_t = 2_000)]
+    pub lease_margin_ms: u64,
+    /// How far ahead of now the scan writes triggers, in ms.
+    #[arg(long, env = "CADENZA_LOOKAHEAD_MS", default_value_t = 2_000)]
+    pub lookahead_ms: u64,
+    /// Pause between scans when the previous scan found less than a full batch, in ms.
+    #[arg(long, env = "CADENZA_SCAN_INTERVAL_MS", default_value_t = 500)]
+    pub scan_interval_ms: u64,
+    /// Jobs claimed per scan transaction.
+    #[arg(long, env = "CADENZA_SCAN_BATCH", default_value_t = 1_000)]
+    pub scan_batch: i64,
+}
+
+impl SchedulerArgs {
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+    pub fn lease_renew(&self) -> Duration {
+        Duration::from_millis(self.lease_renew_ms)
+    }
+    pub fn lease_margin(&self) -> Duration {
+        Duration::from_millis(self.lease_margin_ms)
+    }
+    pub fn lookahead(&self) -> Duration {
+        Duration::from_millis(self.lookahead_ms)
+    }
+    pub fn scan_interval(&self) -> Duration {
+        Duration::from_millis(self.scan_interval_ms)
+    }
+
+    /// Checks the relations between the timings; the message names the settings involved.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.lease_renew_ms == 0 || self.lease_renew_ms >= self.lease_ttl_ms {
+            return Err(format!(
+                "CADENZA_LEASE_RENEW_MS ({}) must be above 0 and below CADENZA_LEASE_TTL_MS ({})",
+                self.lease_renew_ms, self.lease_ttl_ms
+            ));
+        }
+        if self.lease_margin_ms < 500 || self.lease_margin_ms + self.lease_renew_ms >= self.lease_ttl_ms {
+            return Err(format!(
+                "CADENZA_LEASE_MARGIN_MS ({}) must be at least 500 and leave room for a renewal: margin + renew < ttl ({} + {} >= {})",
+                self.lease_margin_ms, self.lease_margin_ms, self.lease_renew_ms, self.lease_ttl_ms
+            ));
+        }
+        if self.scan_batch < 1 {
+            return Err("CADENZA_SCAN_BATCH must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The producer's `message.timeout.ms`: a send either lands or fails before the margin ends.
+    pub fn message_timeout_ms(&self) -> u64 {
+        self.lease_margin_ms.saturating_sub(250).max(250)
+    }
+}
+
+impl AdminConfig {
+    pub fn admin_id(&self) -> String {
+        self.admin_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME")
+                .ok()
+                .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "admin".to_owned());
+            let rand: u16 = rand::random();
+            format!("{host}-{}-{rand:04x}", std::process::id())
+        })
+    }
+}

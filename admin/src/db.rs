@@ -1,0 +1,52 @@
+//! The one place that builds the PostgreSQL pool, and the migrator.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Connects lazily: the admin starts (and serves `/healthz`) while the database is down, and
+/// every query reports the outage as an error instead.
+pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = database_url.parse()?;
+    let options = options.application_name("cadenza-admin");
+    Ok(PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(options))
+}
+
+/// Applies the migrations (idempotent; concurrent admins serialise on sqlx's advisory lock).
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// Reads `shard_count` from `cluster_settings`, writing the configured one if this is a new
+/// cluster. A different configured value is an error: moving jobs between shards is not supported.
+pub async fn ensure_shard_count(pool: &PgPool, configured: u32) -> anyhow::Result<u32> {
+    sqlx::query(
+        "INSERT INTO cluster_settings (key, value) VALUES ('shard_count', $1) ON CONFLICT DO NOTHING",
+    )
+    .bind(configured.to_string())
+    .execute(pool)
+    .await?;
+    let stored: String =
+        sqlx::query_scalar("SELECT value FROM cluster_settings WHERE key = 'shard_count'")
+            .fetch_one(pool)
+            .await?;
+    let stored: u32 = stored.parse()?;
+    if stored != configured {
+        anyhow::bail!(
+            "CADENZA_SHARD_COUNT is {configured} but this cluster was created with {stored}; it is fixed once per cluster"
+        );
+    }
+    sqlx::query(
+        "INSERT INTO scheduler_lease (shard) SELECT generate_series(0, $1 - 1) ON CONFLICT DO NOTHING",
+    )
+    .bind(stored as i32)
+    .execute(pool)
+    .await?;
+    Ok(stored)
+}

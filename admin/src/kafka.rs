@@ -1,0 +1,183 @@
+//! The one place that builds the admin's Kafka clients, and topic management.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use cadenza_schemas::{JobType, Topics};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::ClientConfig;
+use sqlx::PgPool;
+
+
+/// Settings of the admin's Kafka clients.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub topics: Topics,
+    pub trigger_partitions: i32,
+    pub replication_factor: i32,
+    /// The producer's delivery timeout (shorter than the lease margin).
+    pub message_timeout_ms: u64,
+}
+
+/// Producer, admin client and the partition counts of trigger topics.
+pub struct KafkaClients {
+    pub settings: KafkaSettings,
+    pub producer: FutureProducer,
+    admin: AdminClient<DefaultClientContext>,
+    partitions: Mutex<HashMap<JobType, i32>>,
+}
+
+fn base_config(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("client.id", "cadenza-admin")
+        .set("log_level", "4");
+    c
+}
+
+impl KafkaClients {
+    pub fn new(settings: KafkaSettings) -> anyhow::Result<Self> {
+        let producer: FutureProducer = base_config(&settings.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "1")
+            .set("message.timeout.ms", settings.message_timeout_ms.to_string())
+            .set("request.timeout.ms", settings.message_timeout_ms.to_string())
+            .create()?;
+        let admin: AdminClient<DefaultClientContext> = base_config(&settings.brokers).create()?;
+        Ok(Self {
+            settings,
+            producer,
+            admin,
+            partitions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A consumer for one of the admin's ingest loops.
+    pub fn consumer(&self, group: &str, extra: &[(&str, &str)]) -> anyhow::Result<StreamConsumer> {
+        let mut c = base_config(&self.settings.brokers);
+        c.set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.wait.max.ms", "10")
+            .set("session.timeout.ms", "10000")
+            .set("topic.metadata.refresh.interval.ms", "2000")
+            .set("allow.auto.create.topics", "false");
+        for (k, v) in extra {
+            c.set(*k, *v);
+        }
+        Ok(c.create()?)
+    }
+
+    pub fn topics(&self) -> &Topics {
+        &self.settings.topics
+    }
+
+    async fn create_topic(&self, name: &str, partitions: i32, compacted: bool) -> anyhow::Result<bool> {
+        let mut topic = NewTopic::new(
+            name,
+            partitions,
+            TopicReplication::Fixed(self.settings.replication_factor),
+        );
+        if compacted {
+            topic = topic.set("cleanup.policy", "compact");
+        }
+        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        let results = self.admin.create_topics([&topic], &opts).await?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(true),
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => Ok(false),
+            Some(Err((t, code))) => anyhow::bail!("creating topic {t} failed: {code}"),
+        }
+    }
+
+    /// Creates the results, workers (compacted) and DLQ topics if they do not exist.
+    pub async fn ensure_base_topics(&self) -> anyhow::Result<()> {
+        let t = self.topics();
+        let parts = self.settings.trigger_partitions;
+        self.create_topic(&t.results(), parts, false).await?;
+        self.create_topic(&t.workers(), 1, true).await?;
+        self.create_topic(&t.dlq(), 1, false).await?;
+        Ok(())
+    }
+
+    /// Makes sure the trigger topic of `job_type` exists and is recorded in `job_types`; returns
+    /// its partition count.
+    pub async fn ensure_trigger_topic(&self, pool: &PgPool, job_type: &JobType) -> anyhow::Result<i32> {
+        if let Some(p) = self.cached_partitions(job_type) {
+            return Ok(p);
+        }
+        let known: Option<i32> = sqlx::query_scalar(sql!("jobs/job_type_partitions"))
+            .bind(job_type.as_str())
+            .fetch_optional(pool)
+            .await?;
+        let partitions = match known {
+            Some(p) => p,
+            None => {
+                let topic = self.topics().trigger(job_type);
+                let created = self
+                    .create_topic(&topic, self.settings.trigger_partitions, false)
+                    .await?;
+                let partitions = if created {
+                    self.settings.trigger_partitions
+                } else {
+                    self.fetch_partition_count(&topic).await?
+                };
+                if created {
+                    tracing::info!(%topic, partitions, "trigger topic created");
+                }
+                sqlx::query(sql!("jobs/insert_job_type"))
+                    .bind(job_type.as_str())
+                    .bind(&topic)
+                    .bind(partitions)
+                    .execute(pool)
+                    .await?;
+                partitions
+            }
+        };
+        self.remember_partitions(job_type, partitions);
+        Ok(partitions)
+    }
+
+    fn cached_partitions(&self, job_type: &JobType) -> Option<i32> {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(job_type)
+            .copied()
+    }
+
+    fn remember_partitions(&self, job_type: &JobType, partitions: i32) {
+        self.partitions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job_type.clone(), partitions);
+    }
+
+    async fn fetch_partition_count(&self, topic: &str) -> anyhow::Result<i32> {
+        let producer = self.producer.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let md = producer
+                .client()
+                .fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+            let n = md
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic)
+                .map(|t| t.partitions().len())
+                .unwrap_or(0);
+            if n == 0 {
+                anyhow::bail!("topic {topic} has no partitions");
+            }
+            Ok(i32::try_from(n)?)
+        })
+        .await?
+    }
+}

@@ -1,0 +1,225 @@
+//! Validated schedules and fire-time arithmetic.
+//!
+//! `cadenza_schemas::Schedule` is what the API receives; [`JobSchedule::parse`] checks it once
+//! (cron syntax, time zone, intervals, an instant in the future) and the result computes fire times.
+
+use std::str::FromStr;
+
+use cadenza_schemas::{Schedule, TriggerKind};
+use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
+
+/// Why a schedule was rejected; `field` names the JSON field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn err(field: &'static str, message: impl Into<String>) -> ScheduleError {
+    ScheduleError {
+        field,
+        message: message.into(),
+    }
+}
+
+/// A cron expression in a time zone.
+#[derive(Debug, Clone)]
+pub struct CronSchedule {
+    schedule: cron::Schedule,
+    tz: Tz,
+}
+
+impl CronSchedule {
+    /// Accepts 6 fields (`sec min hour day-of-month month day-of-week`), 7 with a year, or the
+    /// classic 5 (which fire at second 0). Day-of-week follows Quartz, as XXL-JOB does:
+    /// `1`–`7` is Sunday–Saturday; names (`MON-FRI`) are clearer.
+    pub fn parse(expr: &str, timezone: Option<&str>, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
+        let fields = expr.split_whitespace().count();
+        let full = match fields {
+            5 => format!("0 {expr}"),
+            6 | 7 => expr.to_owned(),
+            n => {
+                return Err(err(
+                    "schedule.expr",
+                    format!("cron expression {expr:?} has {n} fields; expected 5 (min hour day month weekday), 6 (with seconds first) or 7 (with a year last)"),
+                ))
+            }
+        };
+        let schedule = cron::Schedule::from_str(&full)
+            .map_err(|e| err("schedule.expr", format!("invalid cron expression {expr:?}: {e}")))?;
+        let tz = match timezone {
+            None => Tz::UTC,
+            Some(name) => Tz::from_str(name).map_err(|_| {
+                err(
+                    "schedule.timezone",
+                    format!("unknown time zone {name:?}; use an IANA name such as \"Europe/Berlin\" or \"UTC\""),
+                )
+            })?,
+        };
+        let cron = Self { schedule, tz };
+        if cron.next_after(now).is_none() {
+            return Err(err(
+                "schedule.expr",
+                format!("cron expression {expr:?} never fires (e.g. a date that does not exist)"),
+            ));
+        }
+        Ok(cron)
+    }
+
+    /// The first fire time strictly after `t`.
+    pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule
+            .after(&t.with_timezone(&self.tz))
+            .next()
+            .map(|local| local.with_timezone(&Utc))
+    }
+}
+
+/// A validated schedule.
+#[derive(Debug, Clone)]
+pub enum JobSchedule {
+    Cron(Box<CronSchedule>),
+    FixRate(Duration),
+    FixDelay(Duration),
+    Once(DateTime<Utc>),
+    None,
+}
+
+fn interval(field: &'static str, ms: i64) -> Result<Duration, ScheduleError> {
+    if ms < 1 {
+        return Err(err(field, format!("must be at least 1 (milliseconds); got {ms}")));
+    }
+    Ok(Duration::milliseconds(ms))
+}
+
+impl JobSchedule {
+    /// Validates a schedule as of `now` (a `once` instant must be in the future).
+    pub fn parse(s: &Schedule, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
+        Ok(match s {
+            Schedule::Cron { expr, timezone } => {
+                JobSchedule::Cron(Box::new(CronSchedule::parse(expr, timezone.as_deref(), now)?))
+            }
+            Schedule::FixRate { every_ms } => JobSchedule::FixRate(interval("schedule.every_ms", *every_ms)?),
+            Schedule::FixDelay { delay_ms } => JobSchedule::FixDelay(interval("schedule.delay_ms", *delay_ms)?),
+            Schedule::Once { at } => {
+                if *at <= now {
+                    return Err(err(
+                        "schedule.at",
+                        format!("{} is in the past; a once schedule needs a future instant", at.to_rfc3339()),
+                    ));
+                }
+                JobSchedule::Once(*at)
+            }
+            Schedule::None => JobSchedule::None,
+        })
+    }
+
+    /// Re-reads a schedule stored in the database, where `once` may since have passed.
+    pub fn from_stored(s: &Schedule) -> Result<Self, ScheduleError> {
+        match s {
+            Schedule::Once { at } => Ok(JobSchedule::Once(*at)),
+            other => Self::parse(other, DateTime::<Utc>::MIN_UTC),
+        }
+    }
+
+    /// The kind recorded on runs this schedule creates.
+    pub fn trigger_kind(&self) -> TriggerKind {
+        match self {
+            JobSchedule::Cron(_) => TriggerKind::Cron,
+            JobSchedule::FixRate(_) => TriggerKind::FixRate,
+            JobSchedule::FixDelay(_) => TriggerKind::FixDelay,
+            JobSchedule::Once(_) | JobSchedule::None => TriggerKind::Once,
+        }
+    }
+
+    /// The first fire time of a job enabled (or created, or rescheduled) at `now`.
+    /// Time the job was disabled never fires: counting starts at `now`.
+    pub fn first_fire(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            JobSchedule::Cron(c) => c.next_after(now),
+            JobSchedule::FixRate(d) | JobSchedule::FixDelay(d) => Some(now + *d),
+            JobSchedule::Once(at) => (*at > now).then_some(*at),
+            JobSchedule::None => None,
+        }
+    }
+
+    /// The fire time after `prev` when runs do not depend on results (`cron`, `fix_rate`);
+    /// `None` for `once` (fires one time), `fix_delay` (next time comes from the finished run)
+    /// and `none`.
+    pub fn next_after(&self, prev: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            JobSchedule::Cron(c) => c.next_after(prev),
+            JobSchedule::FixRate(d) => Some(prev + *d),
+            JobSchedule::FixDelay(_) | JobSchedule::Once(_) | JobSchedule::None => None,
+        }
+    }
+
+    /// The delay of a `fix_delay` schedule.
+    pub fn fix_delay(&self) -> Option<Duration> {
+        match self {
+            JobSchedule::FixDelay(d) => Some(*d),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn six_and_five_field_cron() {
+        let now = at("2026-03-01T10:00:00.500Z");
+        let c = CronSchedule::parse("*/1 * * * * *", None, now).unwrap();
+        assert_eq!(c.next_after(now), Some(at("2026-03-01T10:00:01Z")));
+        let c = CronSchedule::parse("*/15 * * * *", None, now).unwrap();
+        assert_eq!(c.next_after(now), Some(at("2026-03-01T10:15:00Z")));
+    }
+
+    #[test]
+    fn cron_in_a_time_zone() {
+        let now = at("2026-07-01T00:00:00Z");
+        let c = CronSchedule::parse("0 0 9 * * *", Some("Europe/Berlin"), now).unwrap();
+        // 09:00 in Berlin in summer is 07:00 UTC.
+        assert_eq!(c.next_after(now), Some(at("2026-07-01T07:00:00Z")));
+    }
+
+    #[test]
+    fn bad_cron_names_the_field() {
+        let now = Utc::now();
+        let e = CronSchedule::parse("61 * * * * *", None, now).unwrap_err();
+        assert_eq!(e.field, "schedule.expr");
+        let e = CronSchedule::parse("* *", None, now).unwrap_err();
+        assert!(e.message.contains("has 2 fields"), "{e}");
+        let e = CronSchedule::parse("* * * * * *", Some("Mars/Olympus"), now).unwrap_err();
+        assert_eq!(e.field, "schedule.timezone");
+        let e = CronSchedule::parse("0 0 0 30 2 *", None, now).unwrap_err();
+        assert!(e.message.contains("never fires"), "{e}");
+    }
+
+    #[test]
+    fn intervals_and_once() {
+        let now = at("2026-01-01T00:00:00Z");
+        assert!(JobSchedule::parse(&Schedule::FixRate { every_ms: 0 }, now).is_err());
+        let e = JobSchedule::parse(&Schedule::FixDelay { delay_ms: -5 }, now).unwrap_err();
+        assert_eq!(e.field, "schedule.delay_ms");
+        let s = JobSchedule::parse(&Schedule::FixRate { every_ms: 250 }, now).unwrap();
+        assert_eq!(s.first_fire(now), Some(at("2026-01-01T00:00:00.250Z")));
+        assert_eq!(
+            s.next_after(at("2026-01-01T00:00:00.250Z")),
+            Some(at("2026-01-01T00:00:00.500Z"))
+        );
+        let e = JobSchedule::parse(&Schedule::Once { at: at("2025-01-01T00:00:00Z") }, now).unwrap_err();
+        assert_eq!(e.field, "schedule.at");
+        let once = JobSchedule::parse(&Schedule::Once { at: at("2026-01-02T00:00:00Z") }, now).unwrap();
+        assert_eq!(once.first_fire(now), Some(at("2026-01-02T00:00:00Z")));
+        assert_eq!(once.next_after(at("2026-01-02T00:00:00Z")), None);
+        assert_eq!(JobSchedule::None.first_fire(now), None);
+    }
+}

@@ -1,0 +1,194 @@
+//! Publication: ledger before send, send, record after delivery.
+//!
+//! 1. Due triggers are marked `publishing` with their partition, in one statement that checks
+//!    this admin still holds each trigger's shard at the epoch it knows.
+//! 2. They are produced (idempotent producer, `acks=all`) only while the lease is valid by this
+//!    admin's clock; the producer's delivery timeout is shorter than the lease margin, so nothing
+//!    lands after the lease could have passed to another admin.
+//! 3. Delivered ones are recorded `published` with partition and offset, in one statement.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cadenza_schemas::{TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
+use chrono::{DateTime, Utc};
+use futures::future::join_all;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use tokio_util::sync::CancellationToken;
+
+use super::{PendingTrigger, SchedulerContext};
+use crate::route::Router;
+
+/// Most triggers in one publication batch.
+pub const MAX_BATCH: usize = 5_000;
+
+pub struct Publisher {
+    ctx: Arc<SchedulerContext>,
+    router: Router,
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PublishOutcome {
+    pub published: usize,
+    /// Not ours any more (shard lost) or no longer `scheduled` (e.g. job disabled).
+    pub skipped: usize,
+    /// Sends that failed; the rows went back to `scheduled`.
+    pub failed: usize,
+}
+
+/// A new W3C `traceparent` (trace id, span id, sampled) for a run.
+fn traceparent() -> String {
+    format!("00-{:032x}-{:016x}-01", rand::random::<u128>() | 1, rand::random::<u64>() | 1)
+}
+
+impl Publisher {
+    pub fn new(ctx: Arc<SchedulerContext>) -> Self {
+        Self {
+            ctx,
+            router: Router::default(),
+        }
+    }
+
+    /// Publishes due triggers until `stop`; the batch in flight is finished first.
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            let batch = self.ctx.wheel.next_due(MAX_BATCH, &stop).await;
+            if batch.is_empty() {
+                if stop.is_cancelled() {
+                    return;
+                }
+                continue;
+            }
+            let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
+            match self.publish(batch).await {
+                Ok(o) if o.failed > 0 => tracing::warn!(?o, "some triggers could not be published; they will be retried"),
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled"),
+            }
+            self.ctx.wheel.settle(ids);
+        }
+    }
+
+    /// Publishes one batch of due triggers.
+    pub async fn publish(&self, batch: Vec<PendingTrigger>) -> anyhow::Result<PublishOutcome> {
+        let mut outcome = PublishOutcome::default();
+        // Route, and keep only triggers of shards held right now.
+        let mut routed = Vec::with_capacity(batch.len());
+        for t in batch {
+            let Some(epoch) = self.ctx.leases.epoch(t.shard) else {
+                outcome.skipped += 1;
+                continue;
+            };
+            let partitions = self
+                .ctx
+                .kafka
+                .ensure_trigger_topic(&self.ctx.pool, &t.job_type)
+                .await?;
+            let route = self.router.select(&t, partitions);
+            routed.push((t, route, epoch));
+        }
+        if routed.is_empty() {
+            return Ok(outcome);
+        }
+        // 1. Ledger.
+        let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
+            .bind(&self.ctx.admin_id)
+            .bind(routed.iter().map(|(t, _, _)| t.id.0).collect::<Vec<_>>())
+            .bind(routed.iter().map(|(_, r, _)| r.partition).collect::<Vec<_>>())
+            .bind(routed.iter().map(|(_, r, _)| r.worker.clone()).collect::<Vec<_>>())
+            .bind(routed.iter().map(|(_, _, e)| *e).collect::<Vec<_>>())
+            .fetch_all(&self.ctx.pool)
+            .await?;
+        let claimed: std::collections::HashSet<i64> = claimed.into_iter().collect();
+        outcome.skipped += routed.len() - claimed.len();
+        routed.retain(|(t, _, _)| claimed.contains(&t.id.0));
+        // 2. Send, only while the lease is valid by our clock.
+        if !self.ctx.leases.is_valid() {
+            tracing::warn!(count = routed.len(), "lease ran out before sending; rows stay publishing for the next holder");
+            return Ok(outcome);
+        }
+        let topics = self.ctx.kafka.topics();
+        let now = Utc::now();
+        let mut sends = Vec::with_capacity(routed.len());
+        for (t, route, _) in &routed {
+            let msg = TriggerRecord::Trigger(TriggerMessage {
+                trigger_id: t.id,
+                job_id: t.job_id,
+                job_type: t.job_type.clone(),
+                kind: t.kind,
+                fire_time: t.fire_time,
+                params: t.params.clone(),
+                block: t.block,
+                timeout_ms: t.timeout_ms,
+                attempt: t.attempt,
+                shard_index: t.shard_index,
+                shard_total: t.shard_total,
+                routed_worker: route.worker.clone().map(cadenza_schemas::WorkerId),
+                published_at: now,
+            });
+            let payload = serde_json::to_vec(&msg)?;
+            let key = t.job_id.0.to_string();
+            let topic = topics.trigger(&t.job_type);
+            let tp = traceparent();
+            let producer = self.ctx.kafka.producer.clone();
+            let partition = route.partition;
+            sends.push(async move {
+                let headers = OwnedHeaders::new()
+                    .insert(Header { key: HEADER_RECORD, value: Some("trigger") })
+                    .insert(Header { key: HEADER_TRACEPARENT, value: Some(&tp) });
+                let record = FutureRecord::to(&topic)
+                    .partition(partition)
+                    .key(&key)
+                    .payload(&payload)
+                    .headers(headers);
+                producer.send(record, Duration::from_secs(0)).await
+            });
+        }
+        let results = join_all(sends).await;
+        // 3. Record.
+        let (mut ok_id, mut ok_part, mut ok_off, mut ok_at) = (vec![], vec![], vec![], Vec::<DateTime<Utc>>::new());
+        let mut failed = Vec::new();
+        let mut lateness = Vec::new();
+        let sent_at = Utc::now();
+        for ((t, _, _), r) in routed.iter().zip(results) {
+            match r {
+                Ok(delivery) => {
+                    ok_id.push(t.id.0);
+                    ok_part.push(delivery.partition);
+                    ok_off.push(delivery.offset);
+                    ok_at.push(sent_at);
+                    lateness.push((now - t.fire_time).num_milliseconds());
+                }
+                Err((e, _)) => {
+                    tracing::warn!(trigger_id = t.id.0, error = %e, "send failed");
+                    failed.push(t.id.0);
+                }
+            }
+        }
+        if !ok_id.is_empty() {
+            sqlx::query(sql!("publish/mark_published"))
+                .bind(&ok_id)
+                .bind(&ok_part)
+                .bind(&ok_off)
+                .bind(&ok_at)
+                .execute(&self.ctx.pool)
+                .await?;
+        }
+        if !failed.is_empty() {
+            // At-least-once for now: a send that timed out may still have landed.
+            sqlx::query(sql!("publish/unmark_publishing"))
+                .bind(&failed)
+                .bind("publication failed; will be retried")
+                .execute(&self.ctx.pool)
+                .await?;
+        }
+        outcome.published = ok_id.len();
+        outcome.failed = failed.len();
+        if let Some(max) = lateness.iter().max() {
+            tracing::debug!(published = outcome.published, max_lateness_ms = max, "published");
+        }
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,357 @@
+//! The scan: claim due jobs of held shards and write their fire times down as `scheduled`
+//! triggers, one transaction per batch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cadenza_schemas::{MisfireStrategy, RunStatus, Schedule, TriggerKind};
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use super::{rows_to_pending, PendingRow, SchedulerContext};
+use crate::schedule::JobSchedule;
+
+/// Most fire times written for one job in one scan; a job with more due continues next scan.
+pub const MAX_FIRES_PER_JOB: usize = 10_000;
+
+/// A fire time to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFire {
+    pub fire_time: DateTime<Utc>,
+    pub kind: TriggerKind,
+    pub status: RunStatus,
+}
+
+/// What the scan does with one due job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub fires: Vec<PlannedFire>,
+    /// The next fire time not written yet (`None`: nothing more until something else sets it).
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// False when a `once` job has fired and disables itself.
+    pub enabled: bool,
+}
+
+/// Plans the fire times of a job from `next_fire_at` up to `until`, as of `now` (database clock).
+///
+/// Fire times earlier than `now - threshold` are misfires and follow the job's strategy:
+/// `do_nothing` records them `misfired`; `fire_all` fires each; `fire_once_now` records all but
+/// the last `misfired` and fires the last once, as kind `misfire`. Later fire times fire normally
+/// (those already past but within the threshold fire at once).
+pub fn plan_fires(
+    schedule: &JobSchedule,
+    misfire: MisfireStrategy,
+    threshold: chrono::Duration,
+    next_fire_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Plan {
+    let kind = schedule.trigger_kind();
+    let misfire_before = now - threshold;
+    let mut fires = Vec::new();
+    let mut next = Some(next_fire_at);
+    let mut last_missed: Option<DateTime<Utc>> = None;
+    while let Some(t) = next {
+        if t > until || fires.len() >= MAX_FIRES_PER_JOB {
+            break;
+        }
+        if t < misfire_before {
+            match misfire {
+                MisfireStrategy::FireAll => fires.push(PlannedFire {
+                    fire_time: t,
+                    kind,
+                    status: RunStatus::Scheduled,
+                }),
+                MisfireStrategy::DoNothing | MisfireStrategy::FireOnceNow => {
+                    if let Some(prev) = last_missed.replace(t) {
+                        fires.push(PlannedFire {
+                            fire_time: prev,
+                            kind,
+                            status: RunStatus::Misfired,
+                        });
+                    }
+                }
+            }
+        } else if let Some(prev) = last_missed.take() {
+            fires.push(missed_last(prev, kind, misfire));
+            continue; // look at `t` again now that the missed one is written
+        } else {
+            fires.push(PlannedFire {
+                fire_time: t,
+                kind,
+                status: RunStatus::Scheduled,
+            });
+        }
+        next = schedule.next_after(t);
+    }
+    // The schedule ran out (or the per-job cap was hit) while the last missed one was pending.
+    if let Some(prev) = last_missed.take() {
+        if next.is_none() || next.is_some_and(|n| n >= misfire_before) {
+            fires.push(missed_last(prev, kind, misfire));
+        } else {
+            // More missed fire times follow; continue from this one next scan.
+            next = Some(prev);
+        }
+    }
+    let enabled = !(matches!(schedule, JobSchedule::Once(_)) && next.is_none());
+    Plan {
+        fires,
+        next_fire_at: next,
+        enabled,
+    }
+}
+
+fn missed_last(t: DateTime<Utc>, kind: TriggerKind, misfire: MisfireStrategy) -> PlannedFire {
+    match misfire {
+        MisfireStrategy::FireOnceNow => PlannedFire {
+            fire_time: t,
+            kind: TriggerKind::Misfire,
+            status: RunStatus::Scheduled,
+        },
+        _ => PlannedFire {
+            fire_time: t,
+            kind,
+            status: RunStatus::Misfired,
+        },
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct DueJob {
+    id: i64,
+    schedule: sqlx::types::Json<Schedule>,
+    misfire: String,
+    misfire_threshold_ms: i64,
+    next_fire_at: DateTime<Utc>,
+    db_now: DateTime<Utc>,
+}
+
+pub struct Scanner {
+    ctx: Arc<SchedulerContext>,
+}
+
+/// What one scan did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ScanOutcome {
+    pub jobs: usize,
+    pub triggers: usize,
+    pub elapsed: Duration,
+}
+
+impl Scanner {
+    pub fn new(ctx: Arc<SchedulerContext>) -> Self {
+        Self { ctx }
+    }
+
+    /// One batch: claims up to `scan_batch` due jobs and writes their triggers.
+    pub async fn run_once(&self) -> anyhow::Result<ScanOutcome> {
+        let started = std::time::Instant::now();
+        let held = self.ctx.leases.held();
+        if held.is_empty() {
+            return Ok(ScanOutcome::default());
+        }
+        let cfg = &self.ctx.config;
+        let (shards, epochs): (Vec<i32>, Vec<i64>) = held.iter().map(|(s, e)| (*s as i32, *e)).unzip();
+        let mut tx = self.ctx.pool.begin().await?;
+        let valid: Vec<i32> = sqlx::query_scalar(sql!("lease/check"))
+            .bind(&self.ctx.admin_id)
+            .bind(&shards)
+            .bind(&epochs)
+            .fetch_all(&mut *tx)
+            .await?;
+        if valid.is_empty() {
+            return Ok(ScanOutcome::default());
+        }
+        let due: Vec<DueJob> = sqlx::query_as(sql!("scan/due_jobs"))
+            .bind(&valid)
+            .bind(cfg.lookahead_ms as f64)
+            .bind(cfg.scan_batch)
+            .fetch_all(&mut *tx)
+            .await?;
+        if due.is_empty() {
+            tx.commit().await?;
+            return Ok(ScanOutcome::default());
+        }
+        let lookahead = chrono::Duration::milliseconds(cfg.lookahead_ms as i64);
+        let (mut p_job, mut p_kind, mut p_status, mut p_time) = (vec![], vec![], vec![], vec![]);
+        let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
+        for job in &due {
+            let plan = match (JobSchedule::from_stored(&job.schedule.0), job.misfire.parse()) {
+                (Ok(schedule), Ok(misfire)) => plan_fires(
+                    &schedule,
+                    misfire,
+                    chrono::Duration::milliseconds(job.misfire_threshold_ms),
+                    job.next_fire_at,
+                    job.db_now,
+                    job.db_now + lookahead,
+                ),
+                (Err(e), _) => {
+                    tracing::error!(job_id = job.id, error = %e, "stored schedule unreadable; job stops firing");
+                    Plan { fires: vec![], next_fire_at: None, enabled: true }
+                }
+                (_, Err(e)) => {
+                    tracing::error!(job_id = job.id, error = %e, "stored misfire strategy unreadable; job stops firing");
+                    Plan { fires: vec![], next_fire_at: None, enabled: true }
+                }
+            };
+            for f in &plan.fires {
+                p_job.push(job.id);
+                p_kind.push(f.kind.as_str());
+                p_status.push(f.status.as_str());
+                p_time.push(f.fire_time);
+            }
+            a_id.push(job.id);
+            a_next.push(plan.next_fire_at);
+            a_enabled.push(plan.enabled);
+        }
+        let inserted: Vec<PendingRow> = sqlx::query_as(sql!("scan/insert_triggers"))
+            .bind(&p_job)
+            .bind(&p_kind)
+            .bind(&p_status)
+            .bind(&p_time)
+            .fetch_all(&mut *tx)
+            .await?;
+        sqlx::query(sql!("scan/advance_jobs"))
+            .bind(&a_id)
+            .bind(&a_next)
+            .bind(&a_enabled)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let written = inserted.len();
+        self.ctx.wheel.insert(rows_to_pending(inserted));
+        Ok(ScanOutcome {
+            jobs: due.len(),
+            triggers: written,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Scans until `shutdown`: again at once after a full batch, else after `scan_interval`.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut failing = false;
+        loop {
+            let pause = match self.run_once().await {
+                Ok(o) => {
+                    if failing {
+                        tracing::info!("scan works again");
+                        failing = false;
+                    }
+                    if o.jobs > 0 {
+                        tracing::debug!(jobs = o.jobs, triggers = o.triggers, elapsed_ms = o.elapsed.as_millis() as u64, "scan");
+                    }
+                    if o.jobs as i64 >= self.ctx.config.scan_batch {
+                        Duration::ZERO
+                    } else {
+                        self.ctx.config.scan_interval()
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::error!(error = %e, "scan failed; retrying");
+                        failing = true;
+                    }
+                    self.ctx.config.scan_interval()
+                }
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_800_000_000_000 + ms).unwrap()
+    }
+    fn rate(ms: i64) -> JobSchedule {
+        JobSchedule::FixRate(chrono::Duration::milliseconds(ms))
+    }
+    fn th(ms: i64) -> chrono::Duration {
+        chrono::Duration::milliseconds(ms)
+    }
+    fn statuses(p: &Plan) -> Vec<(i64, TriggerKind, RunStatus)> {
+        p.fires
+            .iter()
+            .map(|f| ((f.fire_time - t(0)).num_milliseconds(), f.kind, f.status))
+            .collect()
+    }
+
+    #[test]
+    fn fix_rate_fills_the_window() {
+        let p = plan_fires(&rate(100), MisfireStrategy::DoNothing, th(5000), t(0), t(0), t(350));
+        assert_eq!(p.fires.len(), 4); // 0, 100, 200, 300
+        assert_eq!(p.next_fire_at, Some(t(400)));
+        assert!(p.enabled);
+    }
+
+    #[test]
+    fn late_within_threshold_fires() {
+        let p = plan_fires(&rate(1000), MisfireStrategy::DoNothing, th(5000), t(0), t(3000), t(3500));
+        assert!(p.fires.iter().all(|f| f.status == RunStatus::Scheduled));
+        assert_eq!(p.fires.len(), 4);
+    }
+
+    #[test]
+    fn do_nothing_records_misfires() {
+        // due at 0..=9000 every 1000, now = 10_000, threshold 5000: 0..=4000 are misfires.
+        let p = plan_fires(&rate(1000), MisfireStrategy::DoNothing, th(5000), t(0), t(10_000), t(10_000));
+        let s = statuses(&p);
+        assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Misfired).count(), 5);
+        assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Scheduled).count(), 6); // 5000..=10000
+        assert!(s.windows(2).all(|w| w[0].0 < w[1].0), "fire times increase: {s:?}");
+        assert_eq!(p.next_fire_at, Some(t(11_000)));
+    }
+
+    #[test]
+    fn fire_once_now_runs_the_last_missed_once() {
+        let p = plan_fires(&rate(1000), MisfireStrategy::FireOnceNow, th(5000), t(0), t(10_000), t(10_000));
+        let s = statuses(&p);
+        assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Misfired).count(), 4);
+        assert_eq!(
+            s.iter().filter(|x| x.1 == TriggerKind::Misfire).collect::<Vec<_>>(),
+            vec![&(4000, TriggerKind::Misfire, RunStatus::Scheduled)]
+        );
+        assert_eq!(s.len(), 11);
+    }
+
+    #[test]
+    fn fire_all_fires_every_missed_time() {
+        let p = plan_fires(&rate(1000), MisfireStrategy::FireAll, th(5000), t(0), t(10_000), t(10_000));
+        assert_eq!(p.fires.len(), 11);
+        assert!(p.fires.iter().all(|f| f.status == RunStatus::Scheduled));
+    }
+
+    #[test]
+    fn once_fires_then_disables() {
+        let p = plan_fires(&JobSchedule::Once(t(100)), MisfireStrategy::DoNothing, th(5000), t(100), t(0), t(2000));
+        assert_eq!(statuses(&p), vec![(100, TriggerKind::Once, RunStatus::Scheduled)]);
+        assert_eq!(p.next_fire_at, None);
+        assert!(!p.enabled);
+        // missed by far more than the threshold: recorded as misfired, still disables
+        let p = plan_fires(&JobSchedule::Once(t(100)), MisfireStrategy::DoNothing, th(5000), t(100), t(60_000), t(62_000));
+        assert_eq!(statuses(&p), vec![(100, TriggerKind::Once, RunStatus::Misfired)]);
+        assert!(!p.enabled);
+    }
+
+    #[test]
+    fn fix_delay_fires_once_and_waits_for_the_result() {
+        let s = JobSchedule::FixDelay(th(500));
+        let p = plan_fires(&s, MisfireStrategy::DoNothing, th(5000), t(0), t(0), t(2000));
+        assert_eq!(p.fires.len(), 1);
+        assert_eq!(p.next_fire_at, None);
+        assert!(p.enabled);
+    }
+
+    #[test]
+    fn per_job_cap_continues_next_scan() {
+        let p = plan_fires(&rate(1), MisfireStrategy::FireAll, th(5000), t(0), t(0), t(100_000));
+        assert_eq!(p.fires.len(), MAX_FIRES_PER_JOB);
+        assert_eq!(p.next_fire_at, Some(t(MAX_FIRES_PER_JOB as i64)));
+    }
+}
