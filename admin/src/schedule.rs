@@ -35,7 +35,7 @@ impl CronSchedule {
     /// Accepts 6 fields (`sec min hour day-of-month month day-of-week`), 7 with a year, or the
     /// classic 5 (which fire at second 0). Day-of-week follows Quartz, as XXL-JOB does:
     /// `1`–`7` is Sunday–Saturday; names (`MON-FRI`) are clearer.
-    pub fn parse(expr: &str, timezone: Option<&str>, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
+    pub fn parse(expr: &str, timezone: Option<&str>) -> Result<Self, ScheduleError> {
         let fields = expr.split_whitespace().count();
         let full = match fields {
             5 => format!("0 {expr}"),
@@ -58,14 +58,7 @@ impl CronSchedule {
                 )
             })?,
         };
-        let cron = Self { schedule, tz };
-        if cron.next_after(now).is_none() {
-            return Err(err(
-                "schedule.expr",
-                format!("cron expression {expr:?} never fires (e.g. a date that does not exist)"),
-            ));
-        }
-        Ok(cron)
+        Ok(Self { schedule, tz })
     }
 
     /// The first fire time strictly after `t`.
@@ -99,7 +92,14 @@ impl JobSchedule {
     pub fn parse(s: &Schedule, now: DateTime<Utc>) -> Result<Self, ScheduleError> {
         Ok(match s {
             Schedule::Cron { expr, timezone } => {
-                JobSchedule::Cron(Box::new(CronSchedule::parse(expr, timezone.as_deref(), now)?))
+                let cron = CronSchedule::parse(expr, timezone.as_deref())?;
+                if cron.next_after(now).is_none() {
+                    return Err(err(
+                        "schedule.expr",
+                        format!("cron expression {expr:?} never fires (e.g. a date that does not exist)"),
+                    ));
+                }
+                JobSchedule::Cron(Box::new(cron))
             }
             Schedule::FixRate { every_ms } => JobSchedule::FixRate(interval("schedule.every_ms", *every_ms)?),
             Schedule::FixDelay { delay_ms } => JobSchedule::FixDelay(interval("schedule.delay_ms", *delay_ms)?),
@@ -116,12 +116,16 @@ impl JobSchedule {
         })
     }
 
-    /// Re-reads a schedule stored in the database, where `once` may since have passed.
+    /// Re-reads a schedule stored in the database, without the checks that depend on the
+    /// time it was accepted (a `once` instant may since have passed).
     pub fn from_stored(s: &Schedule) -> Result<Self, ScheduleError> {
-        match s {
-            Schedule::Once { at } => Ok(JobSchedule::Once(*at)),
-            other => Self::parse(other, DateTime::<Utc>::MIN_UTC),
-        }
+        Ok(match s {
+            Schedule::Cron { expr, timezone } => {
+                JobSchedule::Cron(Box::new(CronSchedule::parse(expr, timezone.as_deref())?))
+            }
+            Schedule::Once { at } => JobSchedule::Once(*at),
+            other => Self::parse(other, DateTime::<Utc>::MIN_UTC)?,
+        })
     }
 
     /// The kind recorded on runs this schedule creates.
@@ -176,16 +180,16 @@ mod tests {
     #[test]
     fn six_and_five_field_cron() {
         let now = at("2026-03-01T10:00:00.500Z");
-        let c = CronSchedule::parse("*/1 * * * * *", None, now).unwrap();
+        let c = CronSchedule::parse("*/1 * * * * *", None).unwrap();
         assert_eq!(c.next_after(now), Some(at("2026-03-01T10:00:01Z")));
-        let c = CronSchedule::parse("*/15 * * * *", None, now).unwrap();
+        let c = CronSchedule::parse("*/15 * * * *", None).unwrap();
         assert_eq!(c.next_after(now), Some(at("2026-03-01T10:15:00Z")));
     }
 
     #[test]
     fn cron_in_a_time_zone() {
         let now = at("2026-07-01T00:00:00Z");
-        let c = CronSchedule::parse("0 0 9 * * *", Some("Europe/Berlin"), now).unwrap();
+        let c = CronSchedule::parse("0 0 9 * * *", Some("Europe/Berlin")).unwrap();
         // 09:00 in Berlin in summer is 07:00 UTC.
         assert_eq!(c.next_after(now), Some(at("2026-07-01T07:00:00Z")));
     }
@@ -193,14 +197,19 @@ mod tests {
     #[test]
     fn bad_cron_names_the_field() {
         let now = Utc::now();
-        let e = CronSchedule::parse("61 * * * * *", None, now).unwrap_err();
+        let cron = |expr: &str, tz: Option<&str>| {
+            JobSchedule::parse(&Schedule::Cron { expr: expr.into(), timezone: tz.map(Into::into) }, now)
+        };
+        let e = cron("61 * * * * *", None).unwrap_err();
         assert_eq!(e.field, "schedule.expr");
-        let e = CronSchedule::parse("* *", None, now).unwrap_err();
+        let e = cron("* *", None).unwrap_err();
         assert!(e.message.contains("has 2 fields"), "{e}");
-        let e = CronSchedule::parse("* * * * * *", Some("Mars/Olympus"), now).unwrap_err();
+        let e = cron("* * * * * *", Some("Mars/Olympus")).unwrap_err();
         assert_eq!(e.field, "schedule.timezone");
-        let e = CronSchedule::parse("0 0 0 30 2 *", None, now).unwrap_err();
+        let e = cron("0 0 0 30 2 *", None).unwrap_err();
         assert!(e.message.contains("never fires"), "{e}");
+        let stored = Schedule::Cron { expr: "*/1 * * * * *".into(), timezone: None };
+        assert!(JobSchedule::from_stored(&stored).unwrap().next_after(now).is_some());
     }
 
     #[test]

@@ -142,6 +142,9 @@ async fn store(
             (Some(d), Some(n)) => Some(d.min(n)),
             (d, n) => d.or(n),
         }
+        // A self-running schedule (cron, fix_rate) with nothing pending starts again from now;
+        // a fix_delay job keeps waiting for its run to finish.
+        .or_else(|| schedule.next_after(now).and(schedule.first_fire(now)))
     };
     let q = sqlx::query_as::<_, JobRow>(sql!("jobs/update")).bind(current.id.0);
     let row = bind_spec(q, spec, next)?.fetch_one(&mut **tx).await?;
