@@ -98,7 +98,9 @@ impl SchedulerArgs {
                 self.lease_renew_ms, self.lease_ttl_ms
             ));
         }
-        if self.lease_margin_ms < 500 || self.lease_margin_ms + self.lease_renew_ms >= self.lease_ttl_ms {
+        if self.lease_margin_ms < 500
+            || self.lease_margin_ms + self.lease_renew_ms >= self.lease_ttl_ms
+        {
             return Err(format!(
                 "CADENZA_LEASE_MARGIN_MS ({}) must be at least 500 and leave room for a renewal: margin + renew < ttl ({} + {} >= {})",
                 self.lease_margin_ms, self.lease_margin_ms, self.lease_renew_ms, self.lease_ttl_ms

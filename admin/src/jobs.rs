@@ -87,22 +87,43 @@ impl JobSpec {
             return Err(FieldError::new("name", "must not be empty"));
         }
         if self.name.chars().count() > MAX_NAME_LEN {
-            return Err(FieldError::new("name", format!("is longer than {MAX_NAME_LEN} characters")));
+            return Err(FieldError::new(
+                "name",
+                format!("is longer than {MAX_NAME_LEN} characters"),
+            ));
         }
         if self.params.len() > MAX_PARAMS_LEN {
-            return Err(FieldError::new("params", format!("is longer than {MAX_PARAMS_LEN} bytes")));
+            return Err(FieldError::new(
+                "params",
+                format!("is longer than {MAX_PARAMS_LEN} bytes"),
+            ));
         }
         if self.timeout_ms < 0 {
-            return Err(FieldError::new("timeout_ms", format!("must be 0 (no timeout) or positive; got {}", self.timeout_ms)));
+            return Err(FieldError::new(
+                "timeout_ms",
+                format!(
+                    "must be 0 (no timeout) or positive; got {}",
+                    self.timeout_ms
+                ),
+            ));
         }
         if self.misfire_threshold_ms < 0 {
-            return Err(FieldError::new("misfire_threshold_ms", format!("must not be negative; got {}", self.misfire_threshold_ms)));
+            return Err(FieldError::new(
+                "misfire_threshold_ms",
+                format!("must not be negative; got {}", self.misfire_threshold_ms),
+            ));
         }
         if !(0..=MAX_RETRIES).contains(&self.retries) {
-            return Err(FieldError::new("retries", format!("must be between 0 and {MAX_RETRIES}; got {}", self.retries)));
+            return Err(FieldError::new(
+                "retries",
+                format!("must be between 0 and {MAX_RETRIES}; got {}", self.retries),
+            ));
         }
         if self.retry_backoff_ms < 0 {
-            return Err(FieldError::new("retry_backoff_ms", format!("must not be negative; got {}", self.retry_backoff_ms)));
+            return Err(FieldError::new(
+                "retry_backoff_ms",
+                format!("must not be negative; got {}", self.retry_backoff_ms),
+            ));
         }
         Ok(JobSchedule::parse(&self.schedule, now)?)
     }
@@ -193,8 +214,13 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let mut s = spec(r#"{"name":"n","job_type":"demo.echo","schedule":{"kind":"fix_rate","every_ms":0}}"#);
-        assert_eq!(s.validate(Utc::now()).unwrap_err().field, "schedule.every_ms");
+        let mut s = spec(
+            r#"{"name":"n","job_type":"demo.echo","schedule":{"kind":"fix_rate","every_ms":0}}"#,
+        );
+        assert_eq!(
+            s.validate(Utc::now()).unwrap_err().field,
+            "schedule.every_ms"
+        );
         s.schedule = Schedule::None;
         s.timeout_ms = -1;
         assert_eq!(s.validate(Utc::now()).unwrap_err().field, "timeout_ms");

@@ -13,7 +13,6 @@ use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::ClientConfig;
 use sqlx::PgPool;
 
-
 /// Settings of the admin's Kafka clients.
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
@@ -47,8 +46,14 @@ impl KafkaClients {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "1")
-            .set("message.timeout.ms", settings.message_timeout_ms.to_string())
-            .set("request.timeout.ms", settings.message_timeout_ms.to_string())
+            .set(
+                "message.timeout.ms",
+                settings.message_timeout_ms.to_string(),
+            )
+            .set(
+                "request.timeout.ms",
+                settings.message_timeout_ms.to_string(),
+            )
             .create()?;
         let admin: AdminClient<DefaultClientContext> = base_config(&settings.brokers).create()?;
         Ok(Self {
@@ -79,7 +84,12 @@ impl KafkaClients {
         &self.settings.topics
     }
 
-    async fn create_topic(&self, name: &str, partitions: i32, compacted: bool) -> anyhow::Result<bool> {
+    async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        compacted: bool,
+    ) -> anyhow::Result<bool> {
         let mut topic = NewTopic::new(
             name,
             partitions,
@@ -109,7 +119,11 @@ impl KafkaClients {
 
     /// Makes sure the trigger topic of `job_type` exists and is recorded in `job_types`; returns
     /// its partition count.
-    pub async fn ensure_trigger_topic(&self, pool: &PgPool, job_type: &JobType) -> anyhow::Result<i32> {
+    pub async fn ensure_trigger_topic(
+        &self,
+        pool: &PgPool,
+        job_type: &JobType,
+    ) -> anyhow::Result<i32> {
         if let Some(p) = self.cached_partitions(job_type) {
             return Ok(p);
         }

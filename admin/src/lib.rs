@@ -7,7 +7,12 @@
 #[macro_export]
 macro_rules! sql {
     ($name:literal) => {
-        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/queries/", $name, ".sql"))
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/queries/",
+            $name,
+            ".sql"
+        ))
     };
 }
 
@@ -70,7 +75,9 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(admin_id = %admin_id, listen = %listener.local_addr()?, shards = shard_count, "admin started");
     if config.api_token.is_none() {
-        tracing::warn!("CADENZA_API_TOKEN is not set: the HTTP API accepts requests without a token");
+        tracing::warn!(
+            "CADENZA_API_TOKEN is not set: the HTTP API accepts requests without a token"
+        );
     }
 
     let tracker = TaskTracker::new();
@@ -84,8 +91,18 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         kafka: kafka.clone(),
     });
     scheduler::spawn(ctx, &tracker, shutdown.clone());
-    tracker.spawn(ingest::results::run(pool.clone(), kafka.clone(), admin_id.clone(), shutdown.clone()));
-    tracker.spawn(ingest::heartbeats::run(pool.clone(), kafka.clone(), admin_id.clone(), shutdown.clone()));
+    tracker.spawn(ingest::results::run(
+        pool.clone(),
+        kafka.clone(),
+        admin_id.clone(),
+        shutdown.clone(),
+    ));
+    tracker.spawn(ingest::heartbeats::run(
+        pool.clone(),
+        kafka.clone(),
+        admin_id.clone(),
+        shutdown.clone(),
+    ));
 
     let state = Arc::new(api::AppState {
         pool: pool.clone(),
@@ -100,7 +117,10 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         .await?;
 
     tracker.close();
-    if tokio::time::timeout(Duration::from_secs(20), tracker.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(20), tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("background tasks did not stop within 20 s");
     }
     pool.close().await;

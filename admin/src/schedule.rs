@@ -47,8 +47,12 @@ impl CronSchedule {
                 ))
             }
         };
-        let schedule = cron::Schedule::from_str(&full)
-            .map_err(|e| err("schedule.expr", format!("invalid cron expression {expr:?}: {e}")))?;
+        let schedule = cron::Schedule::from_str(&full).map_err(|e| {
+            err(
+                "schedule.expr",
+                format!("invalid cron expression {expr:?}: {e}"),
+            )
+        })?;
         let tz = match timezone {
             None => Tz::UTC,
             Some(name) => Tz::from_str(name).map_err(|_| {
@@ -82,7 +86,10 @@ pub enum JobSchedule {
 
 fn interval(field: &'static str, ms: i64) -> Result<Duration, ScheduleError> {
     if ms < 1 {
-        return Err(err(field, format!("must be at least 1 (milliseconds); got {ms}")));
+        return Err(err(
+            field,
+            format!("must be at least 1 (milliseconds); got {ms}"),
+        ));
     }
     Ok(Duration::milliseconds(ms))
 }
@@ -101,13 +108,20 @@ impl JobSchedule {
                 }
                 JobSchedule::Cron(Box::new(cron))
             }
-            Schedule::FixRate { every_ms } => JobSchedule::FixRate(interval("schedule.every_ms", *every_ms)?),
-            Schedule::FixDelay { delay_ms } => JobSchedule::FixDelay(interval("schedule.delay_ms", *delay_ms)?),
+            Schedule::FixRate { every_ms } => {
+                JobSchedule::FixRate(interval("schedule.every_ms", *every_ms)?)
+            }
+            Schedule::FixDelay { delay_ms } => {
+                JobSchedule::FixDelay(interval("schedule.delay_ms", *delay_ms)?)
+            }
             Schedule::Once { at } => {
                 if *at <= now {
                     return Err(err(
                         "schedule.at",
-                        format!("{} is in the past; a once schedule needs a future instant", at.to_rfc3339()),
+                        format!(
+                            "{} is in the past; a once schedule needs a future instant",
+                            at.to_rfc3339()
+                        ),
                     ));
                 }
                 JobSchedule::Once(*at)
@@ -198,7 +212,13 @@ mod tests {
     fn bad_cron_names_the_field() {
         let now = Utc::now();
         let cron = |expr: &str, tz: Option<&str>| {
-            JobSchedule::parse(&Schedule::Cron { expr: expr.into(), timezone: tz.map(Into::into) }, now)
+            JobSchedule::parse(
+                &Schedule::Cron {
+                    expr: expr.into(),
+                    timezone: tz.map(Into::into),
+                },
+                now,
+            )
         };
         let e = cron("61 * * * * *", None).unwrap_err();
         assert_eq!(e.field, "schedule.expr");
@@ -208,8 +228,14 @@ mod tests {
         assert_eq!(e.field, "schedule.timezone");
         let e = cron("0 0 0 30 2 *", None).unwrap_err();
         assert!(e.message.contains("never fires"), "{e}");
-        let stored = Schedule::Cron { expr: "*/1 * * * * *".into(), timezone: None };
-        assert!(JobSchedule::from_stored(&stored).unwrap().next_after(now).is_some());
+        let stored = Schedule::Cron {
+            expr: "*/1 * * * * *".into(),
+            timezone: None,
+        };
+        assert!(JobSchedule::from_stored(&stored)
+            .unwrap()
+            .next_after(now)
+            .is_some());
     }
 
     #[test]
@@ -224,9 +250,21 @@ mod tests {
             s.next_after(at("2026-01-01T00:00:00.250Z")),
             Some(at("2026-01-01T00:00:00.500Z"))
         );
-        let e = JobSchedule::parse(&Schedule::Once { at: at("2025-01-01T00:00:00Z") }, now).unwrap_err();
+        let e = JobSchedule::parse(
+            &Schedule::Once {
+                at: at("2025-01-01T00:00:00Z"),
+            },
+            now,
+        )
+        .unwrap_err();
         assert_eq!(e.field, "schedule.at");
-        let once = JobSchedule::parse(&Schedule::Once { at: at("2026-01-02T00:00:00Z") }, now).unwrap();
+        let once = JobSchedule::parse(
+            &Schedule::Once {
+                at: at("2026-01-02T00:00:00Z"),
+            },
+            now,
+        )
+        .unwrap();
         assert_eq!(once.first_fire(now), Some(at("2026-01-02T00:00:00Z")));
         assert_eq!(once.next_after(at("2026-01-02T00:00:00Z")), None);
         assert_eq!(JobSchedule::None.first_fire(now), None);

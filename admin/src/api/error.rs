@@ -37,7 +37,11 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str, id: impl std::fmt::Display) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} {id} does not exist"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} {id} does not exist"),
+        )
     }
 
     pub fn unauthorized(message: &str) -> Self {
@@ -131,7 +135,10 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         }
         let text = inner.to_string();
         // serde reports a missing field at its parent; name the field itself.
-        let field = match text.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+        let field = match text
+            .strip_prefix("missing field `")
+            .and_then(|r| r.split('`').next())
+        {
             Some(name) if path == "." => name.to_owned(),
             Some(name) => format!("{path}.{name}"),
             None if path == "." => "body".to_owned(),
@@ -153,14 +160,28 @@ mod tests {
     fn body_errors_name_the_field() {
         let e = parse_body::<JobSpec>(b"{").unwrap_err();
         assert_eq!(e.code, "malformed_json");
-        let e = parse_body::<JobSpec>(br#"{"job_type":"a","schedule":{"kind":"none"}}"#).unwrap_err();
-        assert_eq!((e.code, e.field.as_deref()), ("invalid_field", Some("name")));
-        let e = parse_body::<JobSpec>(br#"{"name":"n","job_type":"a","schedule":{"kind":"none"},"route":"sometimes"}"#).unwrap_err();
+        let e =
+            parse_body::<JobSpec>(br#"{"job_type":"a","schedule":{"kind":"none"}}"#).unwrap_err();
+        assert_eq!(
+            (e.code, e.field.as_deref()),
+            ("invalid_field", Some("name"))
+        );
+        let e = parse_body::<JobSpec>(
+            br#"{"name":"n","job_type":"a","schedule":{"kind":"none"},"route":"sometimes"}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("route"));
-        assert!(e.message.contains("unknown variant `sometimes`"), "{}", e.message);
-        let e = parse_body::<JobSpec>(br#"{"name":"n","job_type":"a b","schedule":{"kind":"none"}}"#).unwrap_err();
+        assert!(
+            e.message.contains("unknown variant `sometimes`"),
+            "{}",
+            e.message
+        );
+        let e =
+            parse_body::<JobSpec>(br#"{"name":"n","job_type":"a b","schedule":{"kind":"none"}}"#)
+                .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("job_type"));
-        let e = parse_body::<JobSpec>(br#"{"name":"n","job_type":"a","schedule":{"kind":"cron"}}"#).unwrap_err();
+        let e = parse_body::<JobSpec>(br#"{"name":"n","job_type":"a","schedule":{"kind":"cron"}}"#)
+            .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("schedule.expr"));
         let e = parse_body::<JobSpec>(b"").unwrap_err();
         assert_eq!(e.code, "malformed_json");

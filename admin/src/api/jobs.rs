@@ -27,7 +27,10 @@ async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -
     let ids: Vec<i64> = spec.children.iter().map(|c| c.0).collect();
     if let Some(own) = own_id {
         if ids.contains(&own) {
-            return Err(ApiError::invalid("children", format!("job {own} cannot be its own child")));
+            return Err(ApiError::invalid(
+                "children",
+                format!("job {own} cannot be its own child"),
+            ));
         }
     }
     let missing: Vec<i64> = sqlx::query_scalar(sql!("jobs/missing_children"))
@@ -35,16 +38,27 @@ async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -
         .fetch_all(&state.pool)
         .await?;
     if !missing.is_empty() {
-        return Err(ApiError::invalid("children", format!("no job with id {missing:?}")));
+        return Err(ApiError::invalid(
+            "children",
+            format!("no job with id {missing:?}"),
+        ));
     }
     Ok(())
 }
 
 /// Validates a spec and makes sure its job type's topic exists.
-async fn prepare(state: &AppState, spec: &JobSpec, own_id: Option<i64>, now: DateTime<Utc>) -> ApiResult<JobSchedule> {
+async fn prepare(
+    state: &AppState,
+    spec: &JobSpec,
+    own_id: Option<i64>,
+    now: DateTime<Utc>,
+) -> ApiResult<JobSchedule> {
     let schedule = spec.validate(now)?;
     check_children(state, spec, own_id).await?;
-    state.kafka.ensure_trigger_topic(&state.pool, &spec.job_type).await?;
+    state
+        .kafka
+        .ensure_trigger_topic(&state.pool, &spec.job_type)
+        .await?;
     Ok(schedule)
 }
 
@@ -75,7 +89,11 @@ pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<J
     let spec: JobSpec = parse_body(&body)?;
     let now = Utc::now();
     let schedule = prepare(&state, &spec, None, now).await?;
-    let next = if spec.enabled { schedule.first_fire(now) } else { None };
+    let next = if spec.enabled {
+        schedule.first_fire(now)
+    } else {
+        None
+    };
     let q = sqlx::query_as::<_, JobRow>(sql!("jobs/insert")).bind(state.shard_count as i64);
     let row = bind_spec(q, &spec, next)?.fetch_one(&state.pool).await?;
     let job = to_job(row)?;
@@ -83,12 +101,20 @@ pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<J
     Ok((StatusCode::CREATED, Json(job)))
 }
 
-pub async fn list(state: Shared, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<Value>> {
+pub async fn list(
+    state: Shared,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
     let enabled = match q.get("enabled").map(String::as_str) {
         None => None,
         Some("true") => Some(true),
         Some("false") => Some(false),
-        Some(other) => return Err(ApiError::invalid("enabled", format!("{other:?} is not true or false"))),
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "enabled",
+                format!("{other:?} is not true or false"),
+            ))
+        }
     };
     let after = match q.get("after_id") {
         None => 0,
@@ -102,14 +128,22 @@ pub async fn list(state: Shared, Query(q): Query<HashMap<String, String>>) -> Ap
         .bind(limit)
         .fetch_all(&state.pool)
         .await?;
-    let jobs = rows.into_iter().map(to_job).collect::<ApiResult<Vec<_>>>()?;
-    let next = (jobs.len() as i64 == limit).then(|| jobs.last().map(|j| j.id.0)).flatten();
+    let jobs = rows
+        .into_iter()
+        .map(to_job)
+        .collect::<ApiResult<Vec<_>>>()?;
+    let next = (jobs.len() as i64 == limit)
+        .then(|| jobs.last().map(|j| j.id.0))
+        .flatten();
     Ok(Json(json!({ "jobs": jobs, "next_after_id": next })))
 }
 
 async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
     let id = parse_id("id", id)?;
-    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select")).bind(id).fetch_optional(&state.pool).await?;
+    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select"))
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?;
     to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)
 }
 
@@ -151,7 +185,11 @@ async fn store(
     to_job(row)
 }
 
-async fn modify(state: &AppState, id: &str, change: impl FnOnce(&Job) -> ApiResult<JobSpec>) -> ApiResult<Job> {
+async fn modify(
+    state: &AppState,
+    id: &str,
+    change: impl FnOnce(&Job) -> ApiResult<JobSpec>,
+) -> ApiResult<Job> {
     let id = parse_id("id", id)?;
     // Validate outside the transaction (it may create a topic), then lock and store.
     let current = load(state, &id.to_string()).await?;
@@ -160,15 +198,25 @@ async fn modify(state: &AppState, id: &str, change: impl FnOnce(&Job) -> ApiResu
     let schedule = if spec.schedule == current.spec.schedule {
         spec.validate(now).or_else(|e| {
             // A stored `once` in the past stays valid when the schedule is not being changed.
-            if e.field == "schedule.at" { JobSchedule::from_stored(&spec.schedule).map_err(Into::into) } else { Err(e) }
+            if e.field == "schedule.at" {
+                JobSchedule::from_stored(&spec.schedule).map_err(Into::into)
+            } else {
+                Err(e)
+            }
         })?
     } else {
         spec.validate(now)?
     };
     check_children(state, &spec, Some(id)).await?;
-    state.kafka.ensure_trigger_topic(&state.pool, &spec.job_type).await?;
+    state
+        .kafka
+        .ensure_trigger_topic(&state.pool, &spec.job_type)
+        .await?;
     let mut tx = state.pool.begin().await?;
-    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update")).bind(id).fetch_optional(&mut *tx).await?;
+    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update"))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
     let locked = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
     let job = store(&mut tx, &locked, &spec, &schedule).await?;
     tx.commit().await?;
@@ -178,7 +226,10 @@ async fn modify(state: &AppState, id: &str, change: impl FnOnce(&Job) -> ApiResu
 pub async fn update(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiResult<Json<Job>> {
     let patch: Value = parse_body(&body)?;
     let Value::Object(patch) = patch else {
-        return Err(ApiError::invalid("body", "must be a JSON object of the fields to change"));
+        return Err(ApiError::invalid(
+            "body",
+            "must be a JSON object of the fields to change",
+        ));
     };
     let job = modify(&state, &id, |current| {
         let mut merged = serde_json::to_value(&current.spec).map_err(anyhow::Error::from)?;
@@ -211,7 +262,10 @@ pub async fn disable(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Jo
 
 pub async fn delete(state: Shared, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = parse_id("id", &id)?;
-    let r = sqlx::query(sql!("jobs/delete")).bind(id).execute(&state.pool).await?;
+    let r = sqlx::query(sql!("jobs/delete"))
+        .bind(id)
+        .execute(&state.pool)
+        .await?;
     if r.rows_affected() == 0 {
         return Err(ApiError::not_found("job", id));
     }
@@ -228,7 +282,11 @@ struct TriggerRequest {
     worker: Option<String>,
 }
 
-pub async fn trigger(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn trigger(
+    state: Shared,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let id = parse_id("id", &id)?;
     let req: TriggerRequest = if body.iter().all(|b| b.is_ascii_whitespace()) {
         TriggerRequest::default()
@@ -249,5 +307,8 @@ pub async fn trigger(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiR
         .await?;
     let (trigger_id, _) = row.ok_or_else(|| ApiError::not_found("job", id))?;
     tracing::info!(job_id = id, trigger_id, "manual trigger");
-    Ok((StatusCode::ACCEPTED, Json(json!({ "trigger_ids": [trigger_id] }))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "trigger_ids": [trigger_id] })),
+    ))
 }

@@ -45,7 +45,10 @@ async fn auth(State(state): Shared, req: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
-        None => ApiError::unauthorized("missing bearer token: send the header 'Authorization: Bearer <CADENZA_API_TOKEN>'").into_response(),
+        None => ApiError::unauthorized(
+            "missing bearer token: send the header 'Authorization: Bearer <CADENZA_API_TOKEN>'",
+        )
+        .into_response(),
         Some(g) if same_secret(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
         Some(_) => ApiError::unauthorized("the bearer token is not valid").into_response(),
     }
@@ -56,7 +59,10 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): Shared) -> Response {
-    match sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&state.pool).await {
+    match sqlx::query_scalar::<_, i32>("SELECT 1")
+        .fetch_one(&state.pool)
+        .await
+    {
         Ok(_) => (StatusCode::OK, "ready").into_response(),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database not reachable").into_response(),
     }
@@ -69,7 +75,10 @@ async fn fallback() -> ApiError {
 pub fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/jobs", post(jobs::create).get(jobs::list))
-        .route("/jobs/{id}", get(jobs::get).patch(jobs::update).delete(jobs::delete))
+        .route(
+            "/jobs/{id}",
+            get(jobs::get).patch(jobs::update).delete(jobs::delete),
+        )
         .route("/jobs/{id}/enable", post(jobs::enable))
         .route("/jobs/{id}/disable", post(jobs::disable))
         .route("/jobs/{id}/trigger", post(jobs::trigger))
@@ -88,10 +97,12 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Parses a numeric path or query id.
 pub(crate) fn parse_id(field: &str, s: &str) -> ApiResult<i64> {
-    s.parse::<i64>()
-        .ok()
-        .filter(|v| *v > 0)
-        .ok_or_else(|| ApiError::invalid(field.to_owned(), format!("{s:?} is not a positive integer id")))
+    s.parse::<i64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        ApiError::invalid(
+            field.to_owned(),
+            format!("{s:?} is not a positive integer id"),
+        )
+    })
 }
 
 /// Parses an optional `limit` query parameter (1..=1000, default 100).
@@ -102,6 +113,8 @@ pub(crate) fn parse_limit(s: Option<&String>) -> ApiResult<i64> {
             .parse::<i64>()
             .ok()
             .filter(|v| (1..=1000).contains(v))
-            .ok_or_else(|| ApiError::invalid("limit", format!("{s:?} is not a number between 1 and 1000"))),
+            .ok_or_else(|| {
+                ApiError::invalid("limit", format!("{s:?} is not a number between 1 and 1000"))
+            }),
     }
 }

@@ -43,11 +43,17 @@ pub struct Run {
     pub created_at: DateTime<Utc>,
 }
 
-pub async fn list(state: Shared, Query(q): Query<HashMap<String, String>>) -> ApiResult<Json<Value>> {
+pub async fn list(
+    state: Shared,
+    Query(q): Query<HashMap<String, String>>,
+) -> ApiResult<Json<Value>> {
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let status = match q.get("status") {
         None => None,
-        Some(s) => Some(s.parse::<RunStatus>().map_err(|e| ApiError::invalid("status", e))?),
+        Some(s) => Some(
+            s.parse::<RunStatus>()
+                .map_err(|e| ApiError::invalid("status", e))?,
+        ),
     };
     let before = match q.get("before_id") {
         None => i64::MAX,
@@ -61,12 +67,17 @@ pub async fn list(state: Shared, Query(q): Query<HashMap<String, String>>) -> Ap
         .bind(limit)
         .fetch_all(&state.pool)
         .await?;
-    let next = (runs.len() as i64 == limit).then(|| runs.last().map(|r| r.id)).flatten();
+    let next = (runs.len() as i64 == limit)
+        .then(|| runs.last().map(|r| r.id))
+        .flatten();
     Ok(Json(json!({ "triggers": runs, "next_before_id": next })))
 }
 
 pub async fn get(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Run>> {
     let id = parse_id("id", &id)?;
-    let run: Option<Run> = sqlx::query_as(sql!("triggers/get")).bind(id).fetch_optional(&state.pool).await?;
+    let run: Option<Run> = sqlx::query_as(sql!("triggers/get"))
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?;
     Ok(Json(run.ok_or_else(|| ApiError::not_found("trigger", id))?))
 }

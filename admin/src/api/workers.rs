@@ -26,6 +26,8 @@ pub struct WorkerView {
 }
 
 pub async fn list(state: Shared) -> ApiResult<Json<Value>> {
-    let workers: Vec<WorkerView> = sqlx::query_as(sql!("workers/list")).fetch_all(&state.pool).await?;
+    let workers: Vec<WorkerView> = sqlx::query_as(sql!("workers/list"))
+        .fetch_all(&state.pool)
+        .await?;
     Ok(Json(json!({ "workers": workers })))
 }

@@ -16,7 +16,12 @@ async fn store(pool: &PgPool, hb: &Heartbeat) -> Result<(), sqlx::Error> {
     sqlx::query(sql!("ingest/upsert_worker"))
         .bind(&hb.worker_id.0)
         .bind(&hb.group)
-        .bind(hb.job_types.iter().map(|j| j.as_str().to_owned()).collect::<Vec<_>>())
+        .bind(
+            hb.job_types
+                .iter()
+                .map(|j| j.as_str().to_owned())
+                .collect::<Vec<_>>(),
+        )
         .bind(sqlx::types::Json(&hb.assignments))
         .bind(sqlx::types::Json(&hb.running))
         .bind(hb.capacity as i32)
@@ -31,7 +36,12 @@ async fn store(pool: &PgPool, hb: &Heartbeat) -> Result<(), sqlx::Error> {
 
 /// Reads every heartbeat from the start of the topic (each admin has its own view) until
 /// `shutdown`. A heartbeat that cannot be parsed is ignored with a warning.
-pub async fn run(pool: PgPool, kafka: Arc<KafkaClients>, admin_id: String, shutdown: CancellationToken) {
+pub async fn run(
+    pool: PgPool,
+    kafka: Arc<KafkaClients>,
+    admin_id: String,
+    shutdown: CancellationToken,
+) {
     let group = format!("{}-admin-registry-{admin_id}", kafka.topics().prefix());
     let consumer = match kafka.consumer(&group, &[]) {
         Ok(c) => c,

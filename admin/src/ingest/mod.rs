@@ -54,7 +54,12 @@ pub(crate) async fn recv_batch<'c>(
 }
 
 /// Sends a message that could not be used to the DLQ, with the reason.
-pub(crate) async fn to_dlq(kafka: &KafkaClients, reporter: &str, m: &BorrowedMessage<'_>, reason: String) {
+pub(crate) async fn to_dlq(
+    kafka: &KafkaClients,
+    reporter: &str,
+    m: &BorrowedMessage<'_>,
+    reason: String,
+) {
     let raw = m.payload().unwrap_or_default();
     let cut = &raw[..raw.len().min(DLQ_PAYLOAD_LIMIT)];
     let msg = DlqMessage {

@@ -51,7 +51,12 @@ pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx:
     if !started.is_empty() {
         sqlx::query(sql!("ingest/run_started"))
             .bind(started.iter().map(|s| s.trigger_id.0).collect::<Vec<_>>())
-            .bind(started.iter().map(|s| s.worker_id.0.clone()).collect::<Vec<_>>())
+            .bind(
+                started
+                    .iter()
+                    .map(|s| s.worker_id.0.clone())
+                    .collect::<Vec<_>>(),
+            )
             .bind(started.iter().map(|s| s.group.clone()).collect::<Vec<_>>())
             .bind(started.iter().map(|s| s.partition).collect::<Vec<_>>())
             .bind(started.iter().map(|s| s.offset).collect::<Vec<_>>())
@@ -62,20 +67,46 @@ pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx:
     }
     let mut changed = 0;
     if !finished.is_empty() {
-        let rows: Vec<(i64, i64, String, DateTime<Utc>)> = sqlx::query_as(sql!("ingest/run_finished"))
-            .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.worker_id.0.clone()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.group.clone()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.attempt as i32).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.status.as_str()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.started_at).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.finished_at).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| clip(f.message.clone(), MAX_LOG_BYTES)).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| clip(f.log.clone(), MAX_LOG_BYTES)).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows: Vec<(i64, i64, String, DateTime<Utc>)> =
+            sqlx::query_as(sql!("ingest/run_finished"))
+                .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| f.worker_id.0.clone())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(finished.iter().map(|f| f.group.clone()).collect::<Vec<_>>())
+                .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
+                .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| f.attempt as i32)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| f.status.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(finished.iter().map(|f| f.started_at).collect::<Vec<_>>())
+                .bind(finished.iter().map(|f| f.finished_at).collect::<Vec<_>>())
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| clip(f.message.clone(), MAX_LOG_BYTES))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| clip(f.log.clone(), MAX_LOG_BYTES))
+                        .collect::<Vec<_>>(),
+                )
+                .fetch_all(&mut *tx)
+                .await?;
         changed = rows.len();
         let (jobs, at): (Vec<i64>, Vec<DateTime<Utc>>) = rows
             .into_iter()
@@ -98,7 +129,10 @@ pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx:
 fn check(e: &ResultEvent) -> Result<(), String> {
     if let ResultEvent::Finished(f) = e {
         if !f.status.is_worker_outcome() {
-            return Err(format!("status {} cannot be reported by a worker", f.status));
+            return Err(format!(
+                "status {} cannot be reported by a worker",
+                f.status
+            ));
         }
     }
     Ok(())
@@ -106,7 +140,12 @@ fn check(e: &ResultEvent) -> Result<(), String> {
 
 /// Consumes `<prefix>.results` until `shutdown`. Offsets are committed after the batch is in
 /// the database, so a crash re-applies (harmlessly) rather than loses events.
-pub async fn run(pool: PgPool, kafka: Arc<KafkaClients>, admin_id: String, shutdown: CancellationToken) {
+pub async fn run(
+    pool: PgPool,
+    kafka: Arc<KafkaClients>,
+    admin_id: String,
+    shutdown: CancellationToken,
+) {
     let group = format!("{}-admin", kafka.topics().prefix());
     let consumer = match kafka.consumer(&group, &[("enable.auto.offset.store", "false")]) {
         Ok(c) => c,
@@ -128,7 +167,8 @@ pub async fn run(pool: PgPool, kafka: Arc<KafkaClients>, admin_id: String, shutd
         for m in &batch {
             let parsed = match m.payload() {
                 None => Err("empty message".to_owned()),
-                Some(p) => serde_json::from_slice::<ResultEvent>(p).map_err(|e| format!("not a result event: {e}")),
+                Some(p) => serde_json::from_slice::<ResultEvent>(p)
+                    .map_err(|e| format!("not a result event: {e}")),
             };
             match parsed.and_then(|e| check(&e).map(|()| e)) {
                 Ok(e) => events.push(e),

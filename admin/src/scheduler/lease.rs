@@ -138,7 +138,9 @@ impl LeaseManager {
                     }
                     if !change.acquired.is_empty() {
                         tracing::info!(shards = ?change.acquired, held = self.ctx.leases.count(), "shards acquired");
-                        if let Err(e) = super::recover::load_shards(&self.ctx, &change.acquired).await {
+                        if let Err(e) =
+                            super::recover::load_shards(&self.ctx, &change.acquired).await
+                        {
                             tracing::error!(error = %e, "loading pending triggers of acquired shards failed; will retry");
                             // Forget the shards so the next round counts them as acquired again.
                             self.ctx.leases.write(|v| {
@@ -155,7 +157,8 @@ impl LeaseManager {
                         last_error_logged = true;
                     }
                     if !self.ctx.leases.is_valid() {
-                        let held: Vec<u32> = self.ctx.leases.read(|v| v.held.keys().copied().collect());
+                        let held: Vec<u32> =
+                            self.ctx.leases.read(|v| v.held.keys().copied().collect());
                         if !held.is_empty() {
                             tracing::warn!(shards = held.len(), "leases ran out");
                             self.ctx.wheel.drop_shards(&held);
@@ -173,7 +176,10 @@ impl LeaseManager {
 
     /// Gives every held shard back (shutdown).
     pub async fn release_all(&self) {
-        let shards: Vec<i32> = self.ctx.leases.read(|v| v.held.keys().map(|s| *s as i32).collect());
+        let shards: Vec<i32> = self
+            .ctx
+            .leases
+            .read(|v| v.held.keys().map(|s| *s as i32).collect());
         self.ctx.leases.write(|v| {
             v.held.clear();
             v.valid_until = None;
@@ -188,7 +194,9 @@ impl LeaseManager {
             .await
         {
             Ok(r) => tracing::info!(shards = r.rows_affected(), "shards released"),
-            Err(e) => tracing::warn!(error = %e, "releasing shards failed; they expire after the TTL"),
+            Err(e) => {
+                tracing::warn!(error = %e, "releasing shards failed; they expire after the TTL")
+            }
         }
     }
 }

@@ -40,7 +40,11 @@ pub struct PublishOutcome {
 
 /// A new W3C `traceparent` (trace id, span id, sampled) for a run.
 fn traceparent() -> String {
-    format!("00-{:032x}-{:016x}-01", rand::random::<u128>() | 1, rand::random::<u64>() | 1)
+    format!(
+        "00-{:032x}-{:016x}-01",
+        rand::random::<u128>() | 1,
+        rand::random::<u64>() | 1
+    )
 }
 
 impl Publisher {
@@ -63,9 +67,14 @@ impl Publisher {
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
             match self.publish(batch).await {
-                Ok(o) if o.failed > 0 => tracing::warn!(?o, "some triggers could not be published; they will be retried"),
+                Ok(o) if o.failed > 0 => tracing::warn!(
+                    ?o,
+                    "some triggers could not be published; they will be retried"
+                ),
                 Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled"),
+                Err(e) => {
+                    tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled")
+                }
             }
             self.ctx.wheel.settle(ids);
         }
@@ -96,8 +105,18 @@ impl Publisher {
         let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
             .bind(&self.ctx.admin_id)
             .bind(routed.iter().map(|(t, _, _)| t.id.0).collect::<Vec<_>>())
-            .bind(routed.iter().map(|(_, r, _)| r.partition).collect::<Vec<_>>())
-            .bind(routed.iter().map(|(_, r, _)| r.worker.clone()).collect::<Vec<_>>())
+            .bind(
+                routed
+                    .iter()
+                    .map(|(_, r, _)| r.partition)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                routed
+                    .iter()
+                    .map(|(_, r, _)| r.worker.clone())
+                    .collect::<Vec<_>>(),
+            )
             .bind(routed.iter().map(|(_, _, e)| *e).collect::<Vec<_>>())
             .fetch_all(&self.ctx.pool)
             .await?;
@@ -106,7 +125,10 @@ impl Publisher {
         routed.retain(|(t, _, _)| claimed.contains(&t.id.0));
         // 2. Send, only while the lease is valid by our clock.
         if !self.ctx.leases.is_valid() {
-            tracing::warn!(count = routed.len(), "lease ran out before sending; rows stay publishing for the next holder");
+            tracing::warn!(
+                count = routed.len(),
+                "lease ran out before sending; rows stay publishing for the next holder"
+            );
             return Ok(outcome);
         }
         let topics = self.ctx.kafka.topics();
@@ -136,8 +158,14 @@ impl Publisher {
             let partition = route.partition;
             sends.push(async move {
                 let headers = OwnedHeaders::new()
-                    .insert(Header { key: HEADER_RECORD, value: Some("trigger") })
-                    .insert(Header { key: HEADER_TRACEPARENT, value: Some(&tp) });
+                    .insert(Header {
+                        key: HEADER_RECORD,
+                        value: Some("trigger"),
+                    })
+                    .insert(Header {
+                        key: HEADER_TRACEPARENT,
+                        value: Some(&tp),
+                    });
                 let record = FutureRecord::to(&topic)
                     .partition(partition)
                     .key(&key)
@@ -148,7 +176,8 @@ impl Publisher {
         }
         let results = join_all(sends).await;
         // 3. Record.
-        let (mut ok_id, mut ok_part, mut ok_off, mut ok_at) = (vec![], vec![], vec![], Vec::<DateTime<Utc>>::new());
+        let (mut ok_id, mut ok_part, mut ok_off, mut ok_at) =
+            (vec![], vec![], vec![], Vec::<DateTime<Utc>>::new());
         let mut failed = Vec::new();
         let mut lateness = Vec::new();
         let sent_at = Utc::now();
@@ -187,7 +216,11 @@ impl Publisher {
         outcome.published = ok_id.len();
         outcome.failed = failed.len();
         if let Some(max) = lateness.iter().max() {
-            tracing::debug!(published = outcome.published, max_lateness_ms = max, "published");
+            tracing::debug!(
+                published = outcome.published,
+                max_lateness_ms = max,
+                "published"
+            );
         }
         Ok(outcome)
     }

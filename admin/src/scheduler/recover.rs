@@ -23,12 +23,19 @@ pub async fn load_shards(ctx: &SchedulerContext, shards: &[u32]) -> anyhow::Resu
         .fetch_all(&ctx.pool)
         .await?;
     if !requeued.is_empty() {
-        tracing::warn!(count = requeued.len(), "triggers left publishing by the previous holder are sent again");
+        tracing::warn!(
+            count = requeued.len(),
+            "triggers left publishing by the previous holder are sent again"
+        );
     }
     load_pending(ctx, &shards, ctx.config.lookahead_ms).await
 }
 
-async fn load_pending(ctx: &SchedulerContext, shards: &[i32], ahead_ms: u64) -> anyhow::Result<usize> {
+async fn load_pending(
+    ctx: &SchedulerContext,
+    shards: &[i32],
+    ahead_ms: u64,
+) -> anyhow::Result<usize> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_for_shards"))
         .bind(shards)
         .bind(ahead_ms as f64)

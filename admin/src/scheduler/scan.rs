@@ -151,7 +151,8 @@ impl Scanner {
             return Ok(ScanOutcome::default());
         }
         let cfg = &self.ctx.config;
-        let (shards, epochs): (Vec<i32>, Vec<i64>) = held.iter().map(|(s, e)| (*s as i32, *e)).unzip();
+        let (shards, epochs): (Vec<i32>, Vec<i64>) =
+            held.iter().map(|(s, e)| (*s as i32, *e)).unzip();
         let mut tx = self.ctx.pool.begin().await?;
         let valid: Vec<i32> = sqlx::query_scalar(sql!("lease/check"))
             .bind(&self.ctx.admin_id)
@@ -176,7 +177,10 @@ impl Scanner {
         let (mut p_job, mut p_kind, mut p_status, mut p_time) = (vec![], vec![], vec![], vec![]);
         let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
         for job in &due {
-            let plan = match (JobSchedule::from_stored(&job.schedule.0), job.misfire.parse()) {
+            let plan = match (
+                JobSchedule::from_stored(&job.schedule.0),
+                job.misfire.parse(),
+            ) {
                 (Ok(schedule), Ok(misfire)) => plan_fires(
                     &schedule,
                     misfire,
@@ -187,11 +191,19 @@ impl Scanner {
                 ),
                 (Err(e), _) => {
                     tracing::error!(job_id = job.id, error = %e, "stored schedule unreadable; job stops firing");
-                    Plan { fires: vec![], next_fire_at: None, enabled: true }
+                    Plan {
+                        fires: vec![],
+                        next_fire_at: None,
+                        enabled: true,
+                    }
                 }
                 (_, Err(e)) => {
                     tracing::error!(job_id = job.id, error = %e, "stored misfire strategy unreadable; job stops firing");
-                    Plan { fires: vec![], next_fire_at: None, enabled: true }
+                    Plan {
+                        fires: vec![],
+                        next_fire_at: None,
+                        enabled: true,
+                    }
                 }
             };
             for f in &plan.fires {
@@ -238,7 +250,12 @@ impl Scanner {
                         failing = false;
                     }
                     if o.jobs > 0 {
-                        tracing::debug!(jobs = o.jobs, triggers = o.triggers, elapsed_ms = o.elapsed.as_millis() as u64, "scan");
+                        tracing::debug!(
+                            jobs = o.jobs,
+                            triggers = o.triggers,
+                            elapsed_ms = o.elapsed.as_millis() as u64,
+                            "scan"
+                        );
                     }
                     if o.jobs as i64 >= self.ctx.config.scan_batch {
                         Duration::ZERO
@@ -284,7 +301,14 @@ mod tests {
 
     #[test]
     fn fix_rate_fills_the_window() {
-        let p = plan_fires(&rate(100), MisfireStrategy::DoNothing, th(5000), t(0), t(0), t(350));
+        let p = plan_fires(
+            &rate(100),
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(0),
+            t(0),
+            t(350),
+        );
         assert_eq!(p.fires.len(), 4); // 0, 100, 200, 300
         assert_eq!(p.next_fire_at, Some(t(400)));
         assert!(p.enabled);
@@ -292,7 +316,14 @@ mod tests {
 
     #[test]
     fn late_within_threshold_fires() {
-        let p = plan_fires(&rate(1000), MisfireStrategy::DoNothing, th(5000), t(0), t(3000), t(3500));
+        let p = plan_fires(
+            &rate(1000),
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(0),
+            t(3000),
+            t(3500),
+        );
         assert!(p.fires.iter().all(|f| f.status == RunStatus::Scheduled));
         assert_eq!(p.fires.len(), 4);
     }
@@ -300,21 +331,40 @@ mod tests {
     #[test]
     fn do_nothing_records_misfires() {
         // due at 0..=9000 every 1000, now = 10_000, threshold 5000: 0..=4000 are misfires.
-        let p = plan_fires(&rate(1000), MisfireStrategy::DoNothing, th(5000), t(0), t(10_000), t(10_000));
+        let p = plan_fires(
+            &rate(1000),
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(0),
+            t(10_000),
+            t(10_000),
+        );
         let s = statuses(&p);
         assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Misfired).count(), 5);
         assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Scheduled).count(), 6); // 5000..=10000
-        assert!(s.windows(2).all(|w| w[0].0 < w[1].0), "fire times increase: {s:?}");
+        assert!(
+            s.windows(2).all(|w| w[0].0 < w[1].0),
+            "fire times increase: {s:?}"
+        );
         assert_eq!(p.next_fire_at, Some(t(11_000)));
     }
 
     #[test]
     fn fire_once_now_runs_the_last_missed_once() {
-        let p = plan_fires(&rate(1000), MisfireStrategy::FireOnceNow, th(5000), t(0), t(10_000), t(10_000));
+        let p = plan_fires(
+            &rate(1000),
+            MisfireStrategy::FireOnceNow,
+            th(5000),
+            t(0),
+            t(10_000),
+            t(10_000),
+        );
         let s = statuses(&p);
         assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Misfired).count(), 4);
         assert_eq!(
-            s.iter().filter(|x| x.1 == TriggerKind::Misfire).collect::<Vec<_>>(),
+            s.iter()
+                .filter(|x| x.1 == TriggerKind::Misfire)
+                .collect::<Vec<_>>(),
             vec![&(4000, TriggerKind::Misfire, RunStatus::Scheduled)]
         );
         assert_eq!(s.len(), 11);
@@ -322,27 +372,61 @@ mod tests {
 
     #[test]
     fn fire_all_fires_every_missed_time() {
-        let p = plan_fires(&rate(1000), MisfireStrategy::FireAll, th(5000), t(0), t(10_000), t(10_000));
+        let p = plan_fires(
+            &rate(1000),
+            MisfireStrategy::FireAll,
+            th(5000),
+            t(0),
+            t(10_000),
+            t(10_000),
+        );
         assert_eq!(p.fires.len(), 11);
         assert!(p.fires.iter().all(|f| f.status == RunStatus::Scheduled));
     }
 
     #[test]
     fn once_fires_then_disables() {
-        let p = plan_fires(&JobSchedule::Once(t(100)), MisfireStrategy::DoNothing, th(5000), t(100), t(0), t(2000));
-        assert_eq!(statuses(&p), vec![(100, TriggerKind::Once, RunStatus::Scheduled)]);
+        let p = plan_fires(
+            &JobSchedule::Once(t(100)),
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(100),
+            t(0),
+            t(2000),
+        );
+        assert_eq!(
+            statuses(&p),
+            vec![(100, TriggerKind::Once, RunStatus::Scheduled)]
+        );
         assert_eq!(p.next_fire_at, None);
         assert!(!p.enabled);
         // missed by far more than the threshold: recorded as misfired, still disables
-        let p = plan_fires(&JobSchedule::Once(t(100)), MisfireStrategy::DoNothing, th(5000), t(100), t(60_000), t(62_000));
-        assert_eq!(statuses(&p), vec![(100, TriggerKind::Once, RunStatus::Misfired)]);
+        let p = plan_fires(
+            &JobSchedule::Once(t(100)),
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(100),
+            t(60_000),
+            t(62_000),
+        );
+        assert_eq!(
+            statuses(&p),
+            vec![(100, TriggerKind::Once, RunStatus::Misfired)]
+        );
         assert!(!p.enabled);
     }
 
     #[test]
     fn fix_delay_fires_once_and_waits_for_the_result() {
         let s = JobSchedule::FixDelay(th(500));
-        let p = plan_fires(&s, MisfireStrategy::DoNothing, th(5000), t(0), t(0), t(2000));
+        let p = plan_fires(
+            &s,
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(0),
+            t(0),
+            t(2000),
+        );
         assert_eq!(p.fires.len(), 1);
         assert_eq!(p.next_fire_at, None);
         assert!(p.enabled);
@@ -350,7 +434,14 @@ mod tests {
 
     #[test]
     fn per_job_cap_continues_next_scan() {
-        let p = plan_fires(&rate(1), MisfireStrategy::FireAll, th(5000), t(0), t(0), t(100_000));
+        let p = plan_fires(
+            &rate(1),
+            MisfireStrategy::FireAll,
+            th(5000),
+            t(0),
+            t(0),
+            t(100_000),
+        );
         assert_eq!(p.fires.len(), MAX_FIRES_PER_JOB);
         assert_eq!(p.next_fire_at, Some(t(MAX_FIRES_PER_JOB as i64)));
     }

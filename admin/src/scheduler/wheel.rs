@@ -40,7 +40,9 @@ impl Wheel {
         let before = inner.queue.keys().next().copied();
         for t in triggers {
             if inner.known.insert(t.id.0) {
-                inner.queue.insert((t.fire_time.timestamp_millis(), t.id.0), t);
+                inner
+                    .queue
+                    .insert((t.fire_time.timestamp_millis(), t.id.0), t);
             }
         }
         let after = inner.queue.keys().next().copied();

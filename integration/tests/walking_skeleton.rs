@@ -1,0 +1,358 @@
+//! End to end through PostgreSQL and Kafka: jobs created over the HTTP API run on workers, and
+//! their runs show what a user needs (status, worker, partition, offset, timings, message).
+
+use std::time::Duration;
+
+use cadenza_integration::{read_topic, wait_for, ApiClient, Cluster, StatusCode};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn create_job(api: &ApiClient, body: Value) -> i64 {
+    let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    job["id"].as_i64().unwrap()
+}
+
+async fn runs(api: &ApiClient, query: &str) -> Vec<Value> {
+    let (status, body) = api
+        .get_json(&format!("/api/triggers?{query}"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["triggers"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until the job has at least `n` runs with `status`, and returns them.
+async fn wait_runs(api: &ApiClient, job: i64, status: &str, n: usize) -> Vec<Value> {
+    wait_for(
+        WAIT,
+        &format!("{n} {status} runs of job {job}"),
+        || async move {
+            let r = runs(api, &format!("job_id={job}&status={status}&limit=1000")).await;
+            Ok((r.len() >= n).then_some(r))
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str()
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|| panic!("not a time: {v}"))
+}
+
+#[tokio::test]
+async fn cron_and_fix_rate_jobs_run_on_workers() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let w1 = cluster
+        .spawn_worker("demo.echo=noop", "echo", &[])
+        .await
+        .unwrap();
+    let w2 = cluster
+        .spawn_worker("demo.echo=noop", "echo", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+
+    let cron = create_job(
+        api,
+        json!({"name": "every second", "job_type": "demo.echo",
+               "schedule": {"kind": "cron", "expr": "*/1 * * * * *"}, "params": "hi"}),
+    )
+    .await;
+    let rate = create_job(
+        api,
+        json!({"name": "every 400 ms", "job_type": "demo.echo",
+               "schedule": {"kind": "fix_rate", "every_ms": 400}}),
+    )
+    .await;
+
+    let done = wait_runs(api, cron, "succeeded", 3).await;
+    for r in &done {
+        assert_eq!(r["kind"], "cron");
+        let worker = r["worker_id"].as_str().unwrap();
+        assert!(worker == w1.id() || worker == w2.id(), "ran on {worker}");
+        assert!(
+            r["partition"].as_i64().is_some() && r["offset"].as_i64().is_some(),
+            "{r}"
+        );
+        let fire = time(&r["fire_time"]);
+        assert_eq!(
+            fire.timestamp_subsec_millis(),
+            0,
+            "cron fires on the second: {r}"
+        );
+        assert!(time(&r["started_at"]) >= fire, "{r}");
+        assert!(time(&r["finished_at"]) >= time(&r["started_at"]), "{r}");
+        assert_eq!(r["params"], "hi");
+    }
+    let done = wait_runs(api, rate, "succeeded", 5).await;
+    let mut fires: Vec<DateTime<Utc>> = done.iter().map(|r| time(&r["fire_time"])).collect();
+    fires.sort();
+    for w in fires.windows(2) {
+        assert_eq!(
+            (w[1] - w[0]).num_milliseconds() % 400,
+            0,
+            "fix_rate spacing: {fires:?}"
+        );
+    }
+
+    let (status, job) = api.get_json(&format!("/api/jobs/{cron}")).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        time(&job["next_fire_at"]) > Utc::now() - chrono::Duration::seconds(5),
+        "{job}"
+    );
+
+    // Run now.
+    let (status, body) = api
+        .post_empty(&format!("/api/jobs/{rate}/trigger"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["trigger_ids"][0].as_i64().unwrap();
+    let manual = wait_for(WAIT, "the manual run to succeed", || async move {
+        let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
+        Ok((r["status"] == "succeeded").then_some(r))
+    })
+    .await
+    .unwrap();
+    assert_eq!(manual["kind"], "manual");
+    assert_eq!(manual["job_id"], rate);
+
+    // Both workers registered through their heartbeats.
+    wait_for(WAIT, "two live workers", || async move {
+        let (_, w) = api.get_json("/api/workers").await?;
+        let live = w["workers"]
+            .as_array()
+            .map(|a| a.iter().filter(|w| w["alive"] == true).count())
+            .unwrap_or(0);
+        Ok((live == 2).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    // Disable stops new runs: nothing fires after the disable returned.
+    let (status, job) = api
+        .post_empty(&format!("/api/jobs/{cron}/disable"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert_eq!(job["enabled"], false);
+    assert!(job["next_fire_at"].is_null());
+    let disabled_at = Utc::now();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after: Vec<Value> = runs(api, &format!("job_id={cron}&limit=1000"))
+        .await
+        .into_iter()
+        .filter(|r| time(&r["fire_time"]) > disabled_at)
+        .collect();
+    assert!(after.is_empty(), "runs after disable: {after:?}");
+
+    // Every trigger on the topic is a published run of ours, once.
+    let topic = format!("{}.trigger.demo.echo", cluster.topic_prefix());
+    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = records
+        .iter()
+        .map(|r| r.payload_json().unwrap()["trigger_id"].as_i64().unwrap())
+        .collect();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "a trigger was published twice");
+    assert!(n >= 9);
+}
+
+#[tokio::test]
+async fn failing_and_timed_out_runs_show_why() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let _w = cluster
+        .spawn_worker("demo.fail=fail,demo.sleep=sleep", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let fail = create_job(
+        api,
+        json!({"name": "fails", "job_type": "demo.fail", "params": "disk full",
+               "schedule": {"kind": "fix_rate", "every_ms": 1000}}),
+    )
+    .await;
+    let slow = create_job(
+        api,
+        json!({"name": "too slow", "job_type": "demo.sleep", "params": "5000", "timeout_ms": 300,
+               "schedule": {"kind": "fix_rate", "every_ms": 1000}}),
+    )
+    .await;
+    let failed = wait_runs(api, fail, "failed", 2).await;
+    assert!(
+        failed
+            .iter()
+            .all(|r| r["message"].as_str().unwrap().contains("disk full")),
+        "{failed:?}"
+    );
+    let timed_out = wait_runs(api, slow, "timed_out", 2).await;
+    for r in &timed_out {
+        let took = time(&r["finished_at"]) - time(&r["started_at"]);
+        assert!(
+            took.num_milliseconds() < 3000,
+            "the sleep was cut short: {r}"
+        );
+        assert!(r["message"].as_str().unwrap().contains("timed out"), "{r}");
+    }
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_and_writes_nothing() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = &admin.api();
+    let base = json!({"name": "j", "job_type": "demo.echo", "schedule": {"kind": "fix_rate", "every_ms": 1000}});
+    let with = |patch: Value| {
+        let mut b = base.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let cases = [
+        (
+            with(json!({"schedule": {"kind": "cron", "expr": "not a cron"}})),
+            "schedule.expr",
+        ),
+        (
+            with(json!({"schedule": {"kind": "cron", "expr": "0 0 0 30 2 *"}})),
+            "schedule.expr",
+        ),
+        (
+            with(
+                json!({"schedule": {"kind": "cron", "expr": "* * * * * *", "timezone": "Moon/Base"}}),
+            ),
+            "schedule.timezone",
+        ),
+        (with(json!({"route": "sometimes"})), "route"),
+        (with(json!({"block": "wait"})), "block"),
+        (with(json!({"misfire": "retry"})), "misfire"),
+        (
+            with(json!({"schedule": {"kind": "fix_rate", "every_ms": 0}})),
+            "schedule.every_ms",
+        ),
+        (
+            with(json!({"schedule": {"kind": "fix_delay", "delay_ms": -1}})),
+            "schedule.delay_ms",
+        ),
+        (
+            with(json!({"schedule": {"kind": "once", "at": "2001-01-01T00:00:00Z"}})),
+            "schedule.at",
+        ),
+        (with(json!({"timeout_ms": -5})), "timeout_ms"),
+        (with(json!({"job_type": "has space"})), "job_type"),
+        (with(json!({"job_type": "slash/y"})), "job_type"),
+        (with(json!({"colour": "blue"})), "colour"),
+        (
+            json!({"job_type": "demo.echo", "schedule": {"kind": "none"}}),
+            "name",
+        ),
+        (
+            json!({"name": "x", "schedule": {"kind": "none"}}),
+            "job_type",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, err) = api.post_json("/api/jobs", &body).await.unwrap();
+        assert!(status.is_client_error(), "{body} → {status} {err}");
+        assert_eq!(err["error"]["code"], "invalid_field", "{body} → {err}");
+        assert_eq!(err["error"]["field"], field, "{body} → {err}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(field.split('.').next_back().unwrap()),
+            "{err}"
+        );
+    }
+    // Malformed JSON.
+    let (status, text) = api
+        .request_text(cadenza_integration::Method::POST, "/api/jobs", None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(api.url("/api/jobs"))
+        .bearer_auth(cluster.token())
+        .body("{\"name\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "malformed_json");
+
+    // Auth.
+    let (status, err) = api.with_token(None).get_json("/api/jobs").await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(err["error"]["code"], "unauthorized");
+    let (status, _) = api
+        .with_token(Some("wrong"))
+        .post_json("/api/jobs", &base)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // Nothing was written.
+    let (status, jobs) = api.get_json("/api/jobs").await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(jobs["jobs"], json!([]), "{jobs}");
+    let (status, _) = api.get_json("/api/jobs/999").await.unwrap();
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, err) = api.get_json("/api/triggers?status=bogus").await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["field"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("status"))
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_trigger_goes_to_the_dlq_and_the_worker_goes_on() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = &admin.api();
+    let _w = cluster
+        .spawn_worker("demo.echo=noop", "echo", &[])
+        .await
+        .unwrap();
+    // Creating the job creates the topic; the garbage goes in before the first real trigger.
+    let topic = format!("{}.trigger.demo.echo", cluster.topic_prefix());
+    let job = create_job(
+        api,
+        json!({"name": "after garbage", "job_type": "demo.echo",
+               "schedule": {"kind": "fix_rate", "every_ms": 500}}),
+    )
+    .await;
+    cadenza_integration::produce(&cluster.brokers(), &topic, Some(0), None, b"{not json")
+        .await
+        .unwrap();
+    wait_runs(api, job, "succeeded", 3).await;
+    let dlq = format!("{}.dlq", cluster.topic_prefix());
+    let records = wait_for(WAIT, "a DLQ record", || {
+        let (b, t) = (cluster.brokers(), dlq.clone());
+        async move {
+            let r = read_topic(&b, &t, Duration::from_secs(5)).await?;
+            Ok((!r.is_empty()).then_some(r))
+        }
+    })
+    .await
+    .unwrap();
+    let d = records[0].payload_json().unwrap();
+    assert_eq!(d["source_topic"], topic);
+    assert_eq!(d["payload"], "{not json");
+    assert!(!d["reason"].as_str().unwrap().is_empty());
+}
