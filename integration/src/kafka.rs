@@ -1,6 +1,6 @@
 //! Kafka helpers for tests: create topics, produce, and read a whole topic back.
 //!
-//! Written for Tansu's quirks (DESIGN §7): consumers use `fetch.wait.max.ms=10`, and reading
+//! Written for Tansu's quirks: consumers use `fetch.wait.max.ms=10`, and reading
 //! a topic does not rely on high watermarks or partition EOF (both are wrong on Tansu); it
 //! stops when no record has arrived for an idle period.
 
