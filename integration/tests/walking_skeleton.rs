@@ -1,6 +1,8 @@
 //! End to end through PostgreSQL and Kafka: jobs created over the HTTP API run on workers, and
 //! their runs show what a user needs (status, worker, partition, offset, timings, message).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
 use std::time::Duration;
 
 use cadenza_integration::{read_topic, wait_for, ApiClient, Cluster, StatusCode};

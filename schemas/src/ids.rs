@@ -18,7 +18,9 @@ pub struct JobId(pub i64);
 pub struct TriggerId(pub i64);
 
 /// Identifier of a worker process, unique while it lives (e.g. `host-1234-1a2b`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(transparent)]
 pub struct WorkerId(pub String);
 
@@ -117,6 +119,9 @@ mod tests {
             Err(JobTypeError::TooLong(201))
         );
         let e: Result<JobType, _> = serde_json::from_str("\"bad topic\"");
-        assert!(e.unwrap_err().to_string().contains("job_type may only contain"));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("job_type may only contain"));
     }
 }

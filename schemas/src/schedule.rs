@@ -45,9 +45,10 @@ mod tests {
 
     #[test]
     fn api_shapes_parse() {
-        let s: Schedule =
-            serde_json::from_str(r#"{"kind":"cron","expr":"*/5 * * * * *","timezone":"Europe/Paris"}"#)
-                .unwrap();
+        let s: Schedule = serde_json::from_str(
+            r#"{"kind":"cron","expr":"*/5 * * * * *","timezone":"Europe/Paris"}"#,
+        )
+        .unwrap();
         assert_eq!(
             s,
             Schedule::Cron {

@@ -39,7 +39,9 @@ impl Topics {
 
     /// The job type of a trigger topic name, if it is one under this prefix.
     pub fn job_type_of(&self, topic: &str) -> Option<JobType> {
-        let rest = topic.strip_prefix(&self.prefix)?.strip_prefix(".trigger.")?;
+        let rest = topic
+            .strip_prefix(&self.prefix)?
+            .strip_prefix(".trigger.")?;
         JobType::parse(rest).ok()
     }
 

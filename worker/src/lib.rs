@@ -1,0 +1,601 @@
+//! The Cadenza worker: joins its deployment's Kafka consumer group, consumes the trigger topics
+//! of the job types it has handlers for, runs the handlers under each job's block strategy, and
+//! publishes `started`/`finished` results and heartbeats.
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//! use cadenza_worker::{CancellationToken, Outcome, Worker};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let worker = Worker::builder()
+//!     .brokers("127.0.0.1:9092")
+//!     .group("billing")
+//!     .capacity(16)
+//!     .heartbeat_interval(Duration::from_secs(5))
+//!     .handler_fn("demo.echo", |ctx| async move {
+//!         ctx.log(format!("echo {}", ctx.params));
+//!         Outcome::success()
+//!     })
+//!     .build()?;
+//! let shutdown = CancellationToken::new();
+//! worker.run(shutdown).await?; // returns after a graceful stop
+//! # Ok(()) }
+//! ```
+//!
+//! **Architecture invariant:** the worker never touches PostgreSQL nor calls the admin's HTTP API;
+//! everything it learns and reports travels through Kafka (`cadenza-schemas` wire types).
+//!
+//! Delivery is at least once: a trigger's offset is committed only after its `finished` event is
+//! delivered, so a crash re-runs what had not finished. See `offsets` for the known gaps
+//! (out-of-order finished offsets in commit metadata, `attempt + 1` on redelivery, rebalance drain).
+
+#![warn(missing_docs)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use cadenza_schemas::{JobType, JobTypeError, Topics, WorkerId};
+use chrono::Utc;
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer as _;
+use tokio::sync::Semaphore;
+use tokio_util::task::TaskTracker;
+
+pub mod builtin;
+mod config;
+mod consumer;
+mod dlq;
+mod handler;
+mod heartbeat;
+mod lane;
+mod offsets;
+mod producer;
+mod results;
+mod run;
+
+pub use config::{
+    default_worker_id, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY, DEFAULT_DRAIN_TIMEOUT,
+    DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_RUN_LOG_LIMIT,
+};
+pub use futures::future::BoxFuture;
+pub use handler::{handler_fn, FnHandler, Handler, Outcome, RunContext, RunLog};
+pub use tokio_util::sync::CancellationToken;
+
+/// Lock a mutex, ignoring poisoning: every critical section in this crate leaves its data
+/// consistent, and a panic elsewhere must not take the worker down.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Logs a recurring message at most once per period per key.
+#[derive(Debug)]
+pub(crate) struct Throttle {
+    every: Duration,
+    last: Mutex<HashMap<String, Instant>>,
+}
+
+impl Throttle {
+    pub(crate) fn new(every: Duration) -> Self {
+        Self {
+            every,
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether a message with this key should be logged now.
+    pub(crate) fn allow(&self, key: &str) -> bool {
+        let mut last = lock(&self.last);
+        let now = Instant::now();
+        match last.get(key) {
+            Some(at) if now.duration_since(*at) < self.every => false,
+            _ => {
+                last.insert(key.to_owned(), now);
+                true
+            }
+        }
+    }
+}
+
+/// The key under which a librdkafka error is throttled: its code (the reason text varies between
+/// repeats), except for unknown topics, which are told apart by the topic named in the reason.
+pub(crate) fn error_key(error: &KafkaError, reason: &str) -> String {
+    match error.rdkafka_error_code() {
+        Some(
+            code @ (rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition
+            | rdkafka::types::RDKafkaErrorCode::UnknownTopic),
+        ) => format!("{code:?} {reason}"),
+        Some(code) => format!("{code:?}"),
+        None => reason.to_owned(),
+    }
+}
+
+/// Kafka limits topic names to 249 characters.
+const MAX_TOPIC_LEN: usize = 249;
+
+/// A worker could not be built from its configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// `build()` without any `handler(…)`.
+    #[error("no handlers: register at least one with .handler(job_type, handler)")]
+    NoHandlers,
+    /// A handler was registered under an invalid job type.
+    #[error("invalid job type {job_type:?}: {source}")]
+    InvalidJobType {
+        /// The job type as given.
+        job_type: String,
+        /// What is wrong with it.
+        source: JobTypeError,
+    },
+    /// Two handlers for one job type.
+    #[error("job type {0:?} has more than one handler")]
+    DuplicateHandler(String),
+    /// The topic prefix cannot be part of a Kafka topic name.
+    #[error("invalid topic prefix {prefix:?}: {reason}")]
+    InvalidTopicPrefix {
+        /// The prefix as given.
+        prefix: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// The setting.
+        field: &'static str,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
+}
+
+/// A worker stopped with an error (before or instead of a graceful stop).
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A Kafka client could not be created or subscribed.
+    #[error("{what}: {source}")]
+    Kafka {
+        /// What the worker was doing.
+        what: &'static str,
+        /// librdkafka's error.
+        source: KafkaError,
+    },
+}
+
+/// Configures a [`Worker`]. Start with [`Worker::builder`].
+pub struct WorkerBuilder {
+    config: WorkerConfig,
+    topic_prefix: String,
+    handlers: Vec<(String, Arc<dyn Handler>)>,
+}
+
+impl Default for WorkerBuilder {
+    fn default() -> Self {
+        Self {
+            config: WorkerConfig::default(),
+            topic_prefix: cadenza_schemas::DEFAULT_TOPIC_PREFIX.to_owned(),
+            handlers: Vec::new(),
+        }
+    }
+}
+
+impl WorkerBuilder {
+    /// Kafka bootstrap servers (default `127.0.0.1:9092`).
+    pub fn brokers(mut self, brokers: impl Into<String>) -> Self {
+        self.config.brokers = brokers.into();
+        self
+    }
+
+    /// The consumer group, i.e. the deployment (default `cadenza-workers`).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.config.group = group.into();
+        self
+    }
+
+    /// Prefix of every topic name (default `cadenza`).
+    pub fn topic_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.topic_prefix = prefix.into();
+        self
+    }
+
+    /// This worker's id (default: `<hostname>-<pid>-<random>`).
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.config.worker_id = WorkerId(id.into());
+        self
+    }
+
+    /// Runs executed at once across all jobs (default 16).
+    pub fn capacity(mut self, capacity: u32) -> Self {
+        self.config.capacity = capacity;
+        self
+    }
+
+    /// Unfinished triggers above which consumption pauses (default 1024).
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.config.max_in_flight = max;
+        self
+    }
+
+    /// How often a heartbeat is published (default 5 s).
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.config.heartbeat_interval = interval;
+        self
+    }
+
+    /// How long a graceful stop waits for running runs (default 30 s).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.config.drain_timeout = timeout;
+        self
+    }
+
+    /// How long a cancelled handler may take to return before it is abandoned (default 5 s).
+    pub fn cancel_grace(mut self, grace: Duration) -> Self {
+        self.config.cancel_grace = grace;
+        self
+    }
+
+    /// Bytes of log kept per run (default 64 KiB).
+    pub fn run_log_limit(mut self, bytes: usize) -> Self {
+        self.config.run_log_limit = bytes;
+        self
+    }
+
+    /// Set a librdkafka property on both clients, after the worker's own (e.g. SASL, TLS).
+    pub fn kafka_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.config.kafka_overrides.push((key.into(), value.into()));
+        self
+    }
+
+    /// Serve `job_type` with `handler`.
+    pub fn handler(mut self, job_type: impl Into<String>, handler: impl Handler) -> Self {
+        self.handlers.push((job_type.into(), Arc::new(handler)));
+        self
+    }
+
+    /// Serve `job_type` with a closure `|ctx| async move { … Outcome }`.
+    pub fn handler_fn<F, Fut>(self, job_type: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Outcome> + Send + 'static,
+    {
+        self.handler(job_type, handler_fn(f))
+    }
+
+    /// Validate everything and build the worker.
+    pub fn build(self) -> Result<Worker, BuildError> {
+        let mut config = self.config;
+        if self.handlers.is_empty() {
+            return Err(BuildError::NoHandlers);
+        }
+        let invalid = |field, reason| Err(BuildError::Invalid { field, reason });
+        if config.brokers.trim().is_empty() {
+            return invalid("brokers", "must not be empty");
+        }
+        if config.group.trim().is_empty() {
+            return invalid("group", "must not be empty");
+        }
+        if config.worker_id.0.trim().is_empty() {
+            return invalid("worker id", "must not be empty");
+        }
+        if config.capacity == 0 {
+            return invalid("capacity", "must be at least 1");
+        }
+        if config.max_in_flight == 0 {
+            return invalid("max in flight", "must be at least 1");
+        }
+        if config.heartbeat_interval.is_zero() {
+            return invalid("heartbeat interval", "must be positive");
+        }
+        if config.commit_interval.is_zero() {
+            return invalid("commit interval", "must be positive");
+        }
+        let prefix = self.topic_prefix;
+        if let Err(e) = JobType::parse(&prefix) {
+            // Same character rules as a job type: both are parts of a topic name.
+            let reason = e.to_string().replace("job_type", "the topic prefix");
+            return Err(BuildError::InvalidTopicPrefix { prefix, reason });
+        }
+        config.topics = Topics::new(prefix);
+        let mut handlers = BTreeMap::new();
+        for (name, handler) in self.handlers {
+            let job_type = JobType::parse(&name).map_err(|source| BuildError::InvalidJobType {
+                job_type: name.clone(),
+                source,
+            })?;
+            let topic = config.topics.trigger(&job_type);
+            if topic.len() > MAX_TOPIC_LEN {
+                return Err(BuildError::InvalidJobType {
+                    job_type: name,
+                    source: JobTypeError::TooLong(topic.len()),
+                });
+            }
+            if handlers.insert(job_type, handler).is_some() {
+                return Err(BuildError::DuplicateHandler(name));
+            }
+        }
+        Ok(Worker { config, handlers })
+    }
+}
+
+/// A worker, ready to [`run`](Worker::run).
+pub struct Worker {
+    config: WorkerConfig,
+    handlers: BTreeMap<JobType, Arc<dyn Handler>>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .field("job_types", &self.handlers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+fn kafka(what: &'static str) -> impl FnOnce(KafkaError) -> WorkerError {
+    move |source| WorkerError::Kafka { what, source }
+}
+
+impl Worker {
+    /// Start configuring a worker.
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder::default()
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// The job types it serves.
+    pub fn job_types(&self) -> impl Iterator<Item = &JobType> {
+        self.handlers.keys()
+    }
+
+    /// Consume and run triggers until `shutdown` is cancelled, then stop gracefully: take no new
+    /// triggers (those queued in lanes are handed back), let running runs finish for up to the
+    /// drain timeout (the rest are handed back unreported and will run again elsewhere), commit
+    /// the finished offsets, write the heartbeat tombstone, leave the group, flush the producer.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let cfg = self.config;
+        let topics = &cfg.topics;
+        let producer = producer::create(&cfg).map_err(kafka("creating the Kafka producer"))?;
+        let offsets = Arc::new(Mutex::new(offsets::OffsetTracker::new()));
+        let assignment: heartbeat::Assignment = Arc::default();
+        let consumer = Arc::new(
+            consumer::create(
+                &cfg,
+                consumer::ConsumerCtx::new(Arc::clone(&offsets), Arc::clone(&assignment)),
+            )
+            .map_err(kafka("creating the Kafka consumer"))?,
+        );
+        let routes: HashMap<String, consumer::Route> = self
+            .handlers
+            .iter()
+            .map(|(job_type, handler)| {
+                (
+                    topics.trigger(job_type),
+                    consumer::Route {
+                        job_type: job_type.clone(),
+                        handler: Arc::clone(handler),
+                    },
+                )
+            })
+            .collect();
+        let mut subscribed: Vec<&str> = routes.keys().map(String::as_str).collect();
+        subscribed.sort_unstable();
+        consumer
+            .subscribe(&subscribed)
+            .map_err(kafka("subscribing to the trigger topics"))?;
+        let serving = self
+            .handlers
+            .keys()
+            .map(JobType::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        tracing::info!(
+            group = %cfg.group,
+            brokers = %cfg.brokers,
+            capacity = cfg.capacity,
+            topics = ?subscribed,
+            "worker {} serving {serving}",
+            cfg.worker_id
+        );
+
+        let lanes = Arc::new(lane::Lanes::default());
+        let env = Arc::new(run::RunEnv {
+            worker_id: cfg.worker_id.clone(),
+            group: cfg.group.clone(),
+            results: results::KafkaResults::new(producer.clone(), topics.results()),
+            offsets: Arc::clone(&offsets),
+            lanes: Arc::clone(&lanes),
+            capacity: Arc::new(Semaphore::new(
+                usize::try_from(cfg.capacity).unwrap_or(usize::MAX),
+            )),
+            in_flight: run::InFlight::new(cfg.max_in_flight),
+            hand_back: CancellationToken::new(),
+            abandon: CancellationToken::new(),
+            run_log_limit: cfg.run_log_limit,
+            cancel_grace: cfg.cancel_grace,
+            tasks: TaskTracker::new(),
+        });
+
+        let heartbeat_stop = CancellationToken::new();
+        let heartbeater = heartbeat::Heartbeater {
+            source: heartbeat::HeartbeatSource {
+                worker_id: cfg.worker_id.clone(),
+                group: cfg.group.clone(),
+                job_types: self.handlers.keys().cloned().collect(),
+                capacity: cfg.capacity,
+                interval: cfg.heartbeat_interval,
+                started_at: Utc::now(),
+                lanes,
+                assignment,
+            },
+            producer: producer.clone(),
+            topic: topics.workers(),
+        };
+        let heartbeat_task = tokio::spawn(heartbeater.run(heartbeat_stop.clone()));
+
+        let committer = consumer::Committer::new(
+            Arc::clone(&consumer),
+            Arc::clone(&offsets),
+            cfg.commit_interval,
+        );
+        let commit_stop = CancellationToken::new();
+        let commit_task = tokio::spawn(committer.clone().run(commit_stop.clone()));
+
+        let intake = consumer::Intake {
+            consumer: Arc::clone(&consumer),
+            env: Arc::clone(&env),
+            routes,
+            dlq: dlq::DlqProducer::new(producer.clone(), topics.dlq()),
+            reporter: cfg.worker_id.0.clone(),
+            errors: Throttle::new(Duration::from_secs(60)),
+        };
+        intake.run(&shutdown).await;
+        drop(intake);
+
+        // Graceful stop.
+        tracing::info!(
+            in_flight = env.in_flight.count(),
+            drain_timeout_ms = cfg.drain_timeout.as_millis() as u64,
+            "stopping: taking no new triggers, draining running runs"
+        );
+        env.hand_back.cancel();
+        env.tasks.close();
+        if tokio::time::timeout(cfg.drain_timeout, env.tasks.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                unfinished = env.tasks.len(),
+                "drain timed out: handing back the runs still in progress (they will run again)"
+            );
+            env.abandon.cancel();
+            // Runs return promptly once abandoned; bounded anyway.
+            let _ = tokio::time::timeout(Duration::from_secs(5), env.tasks.wait()).await;
+        }
+        commit_stop.cancel();
+        let _ = commit_task.await;
+        let final_commit = committer.clone();
+        if let Err(error) = tokio::task::spawn_blocking(move || final_commit.commit_final()).await {
+            tracing::warn!(%error, "final commit task failed");
+        }
+        drop(committer);
+
+        heartbeat_stop.cancel();
+        if let Err(error) = heartbeat_task.await {
+            tracing::warn!(%error, "heartbeat task failed");
+        }
+
+        // Leave the group: unsubscribe, then close (blocking: librdkafka serves the final
+        // revocation, whose callback commits once more if anything moved).
+        drop(env);
+        let closing = tokio::task::spawn_blocking(move || {
+            consumer.unsubscribe();
+            drop(consumer);
+        });
+        if let Err(error) = closing.await {
+            tracing::warn!(%error, "closing the consumer failed");
+        }
+        let flushing = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(10)));
+        match flushing.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "flushing the producer failed"),
+            Err(error) => tracing::warn!(%error, "flushing the producer failed"),
+        }
+        tracing::info!("worker {} stopped", cfg.worker_id);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use cadenza_schemas::{BlockStrategy, JobId, JobType, TriggerId, TriggerKind, TriggerMessage};
+    use chrono::DateTime;
+
+    /// A trigger of job 1, type `t.x`, id 1, serial, params `p`.
+    pub(crate) fn trigger(timeout_ms: u64) -> TriggerMessage {
+        TriggerMessage {
+            trigger_id: TriggerId(1),
+            job_id: JobId(1),
+            job_type: JobType::parse("t.x").unwrap_or_else(|e| panic!("{e}")),
+            kind: TriggerKind::Manual,
+            fire_time: DateTime::UNIX_EPOCH,
+            params: "p".into(),
+            block: BlockStrategy::SerialExecution,
+            timeout_ms,
+            attempt: 1,
+            shard_index: 0,
+            shard_total: 1,
+            routed_worker: None,
+            published_at: DateTime::UNIX_EPOCH,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_allows_once_per_period_per_key() {
+        let t = Throttle::new(Duration::from_secs(60));
+        assert!(t.allow("a"));
+        assert!(!t.allow("a"));
+        assert!(t.allow("b"));
+        let t = Throttle::new(Duration::ZERO);
+        assert!(t.allow("a") && t.allow("a"));
+    }
+
+    fn noop() -> impl Handler {
+        handler_fn(|_ctx| async { Outcome::success() })
+    }
+
+    #[test]
+    fn build_validates() {
+        let err = |b: WorkerBuilder| b.build().unwrap_err().to_string();
+        assert_eq!(
+            err(Worker::builder()),
+            "no handlers: register at least one with .handler(job_type, handler)"
+        );
+        assert!(err(Worker::builder().handler("a b", noop()))
+            .starts_with("invalid job type \"a b\": job_type may only contain"));
+        assert_eq!(
+            err(Worker::builder().handler("a", noop()).handler("a", noop())),
+            "job type \"a\" has more than one handler"
+        );
+        assert_eq!(
+            err(Worker::builder().handler("a", noop()).capacity(0)),
+            "invalid capacity: must be at least 1"
+        );
+        assert!(
+            err(Worker::builder().handler("a", noop()).topic_prefix("x/y"))
+                .starts_with("invalid topic prefix \"x/y\": the topic prefix may only contain")
+        );
+        assert!(err(Worker::builder()
+            .handler("a".repeat(200), noop())
+            .topic_prefix("p".repeat(45)))
+        .starts_with("invalid job type"));
+
+        let w = Worker::builder()
+            .group("billing")
+            .topic_prefix("t1")
+            .worker_id("w-1")
+            .handler("demo.echo", noop())
+            .handler_fn("demo.other", |_ctx| async { Outcome::failure("x") })
+            .build()
+            .unwrap();
+        assert_eq!(w.config().group, "billing");
+        assert_eq!(
+            w.config().topics.trigger(&JobType::parse("x").unwrap()),
+            "t1.trigger.x"
+        );
+        assert_eq!(
+            w.job_types().map(JobType::as_str).collect::<Vec<_>>(),
+            vec!["demo.echo", "demo.other"]
+        );
+    }
+}

@@ -1,1 +1,144 @@
-fn main() {}
+//! `cadenza-worker`: a worker process serving built-in handlers.
+//!
+//! ```text
+//! cadenza-worker --serve demo.echo=noop --serve ops.backup=shell
+//! CADENZA_SERVE=demo.echo=noop,demo.wait=sleep cadenza-worker
+//! ```
+
+use std::collections::HashSet;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use cadenza_worker::builtin::ServeSpec;
+use cadenza_worker::{CancellationToken, Worker, DEFAULT_BROKERS, DEFAULT_GROUP};
+use clap::{CommandFactory, Parser};
+use tracing_subscriber::EnvFilter;
+
+/// A Cadenza worker: consumes the trigger topics of the job types it serves, runs the built-in
+/// handlers, publishes results and heartbeats. Stops gracefully on SIGTERM or Ctrl-C (a second
+/// signal exits at once).
+#[derive(Debug, Parser)]
+#[command(name = "cadenza-worker", version)]
+struct Cli {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "CADENZA_BROKERS", default_value = DEFAULT_BROKERS)]
+    brokers: String,
+    /// Consumer group: the worker deployment.
+    #[arg(long, env = "CADENZA_GROUP", default_value = DEFAULT_GROUP)]
+    group: String,
+    /// Prefix of every topic name.
+    #[arg(long, env = "CADENZA_TOPIC_PREFIX", default_value = cadenza_schemas::DEFAULT_TOPIC_PREFIX)]
+    topic_prefix: String,
+    /// This worker's id [default: <hostname>-<pid>-<random>].
+    #[arg(long, env = "CADENZA_WORKER_ID")]
+    worker_id: Option<String>,
+    /// Runs executed at once across all jobs.
+    #[arg(long, env = "CADENZA_WORKER_CAPACITY", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    capacity: u32,
+    /// Heartbeat interval in milliseconds.
+    #[arg(long, env = "CADENZA_HEARTBEAT_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    heartbeat_ms: u64,
+    /// How long a graceful stop waits for running runs, in milliseconds.
+    #[arg(long, env = "CADENZA_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    drain_timeout_ms: u64,
+    /// Unfinished triggers above which consumption pauses (resumes at half).
+    #[arg(long, env = "CADENZA_MAX_IN_FLIGHT", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_in_flight: u64,
+    /// JOB_TYPE=BUILTIN to serve (repeatable, or comma separated). Builtins: noop, sleep, fail,
+    /// shell, http.
+    #[arg(
+        long = "serve",
+        env = "CADENZA_SERVE",
+        value_name = "JOB_TYPE=BUILTIN",
+        value_delimiter = ',',
+        required = true
+    )]
+    serve: Vec<ServeSpec>,
+}
+
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Cancel `shutdown` on the first SIGTERM or Ctrl-C; exit at once on the second.
+fn wire_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::spawn(async move {
+        for n in 0.. {
+            #[cfg(unix)]
+            let name = tokio::select! {
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+                _ = term.recv() => "SIGTERM",
+            };
+            #[cfg(not(unix))]
+            let name = {
+                let _ = tokio::signal::ctrl_c().await;
+                "Ctrl-C"
+            };
+            if n == 0 {
+                tracing::info!("{name}: stopping gracefully (again to exit at once)");
+                shutdown.cancel();
+            } else {
+                tracing::warn!("{name} again: exiting without draining");
+                std::process::exit(130);
+            }
+        }
+    });
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut seen = HashSet::new();
+    for spec in &cli.serve {
+        if !seen.insert(spec.job_type.clone()) {
+            Cli::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!(
+                        "job type {:?} is served twice in --serve",
+                        spec.job_type.as_str()
+                    ),
+                )
+                .exit();
+        }
+    }
+    init_tracing();
+
+    let mut builder = Worker::builder()
+        .brokers(cli.brokers)
+        .group(cli.group)
+        .topic_prefix(cli.topic_prefix)
+        .capacity(cli.capacity)
+        .heartbeat_interval(Duration::from_millis(cli.heartbeat_ms))
+        .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
+        .max_in_flight(usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX));
+    if let Some(id) = cli.worker_id {
+        builder = builder.worker_id(id);
+    }
+    for spec in &cli.serve {
+        let handler = spec
+            .builtin
+            .handler()
+            .with_context(|| format!("setting up {spec}"))?;
+        builder = builder.handler(spec.job_type.as_str(), handler);
+    }
+    let worker = builder.build()?;
+
+    let shutdown = CancellationToken::new();
+    wire_signals(shutdown.clone())?;
+    worker.run(shutdown).await?;
+    Ok(())
+}

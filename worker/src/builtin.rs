@@ -1,0 +1,674 @@
+//! Built-in handlers of the `cadenza-worker` binary, and the `--serve job_type=builtin` spec.
+//!
+//! | builtin | params | outcome |
+//! |---|---|---|
+//! | `noop` | ignored | succeeds at once |
+//! | `sleep` | milliseconds | succeeds after sleeping (stops early when cancelled) |
+//! | `fail` | message | fails with the params as message |
+//! | `shell` | a command line for `sh -c` | exit code 0 succeeds; output is the run log |
+//! | `http` | JSON `{"url", "method"?, "body"?, "headers"?}` | a 2xx status succeeds |
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::process::Stdio;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cadenza_schemas::{JobType, JobTypeError};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::handler::{Handler, Outcome, RunContext, RunLog};
+
+/// The built-in handlers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// Succeeds at once.
+    Noop,
+    /// Sleeps `params` milliseconds.
+    Sleep,
+    /// Fails with `params` as the message.
+    Fail,
+    /// Runs `params` with `sh -c`.
+    Shell,
+    /// Sends the HTTP request described by `params` (JSON).
+    Http,
+}
+
+impl Builtin {
+    /// Every builtin.
+    pub const ALL: &'static [Builtin] = &[
+        Builtin::Noop,
+        Builtin::Sleep,
+        Builtin::Fail,
+        Builtin::Shell,
+        Builtin::Http,
+    ];
+
+    /// The name used in `--serve`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Builtin::Noop => "noop",
+            Builtin::Sleep => "sleep",
+            Builtin::Fail => "fail",
+            Builtin::Shell => "shell",
+            Builtin::Http => "http",
+        }
+    }
+
+    /// A handler running this builtin.
+    pub fn handler(self) -> Result<Arc<dyn Handler>, BuiltinError> {
+        Ok(match self {
+            Builtin::Noop => Arc::new(Noop),
+            Builtin::Sleep => Arc::new(Sleep),
+            Builtin::Fail => Arc::new(Fail),
+            Builtin::Shell => Arc::new(Shell),
+            Builtin::Http => Arc::new(Http::new()?),
+        })
+    }
+}
+
+impl fmt::Display for Builtin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A builtin could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum BuiltinError {
+    /// The HTTP client could not be built (TLS setup).
+    #[error("cannot build the HTTP client: {0}")]
+    HttpClient(#[from] reqwest::Error),
+}
+
+fn known() -> String {
+    Builtin::ALL
+        .iter()
+        .map(|b| b.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A bad `--serve` entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServeSpecError {
+    /// No `=` between job type and builtin.
+    #[error("{0:?} is not JOB_TYPE=BUILTIN (missing '=')")]
+    MissingEquals(String),
+    /// The job type is not valid.
+    #[error("bad job type {job_type:?} in {spec:?}: {source}")]
+    JobType {
+        /// The whole entry.
+        spec: String,
+        /// The job type part.
+        job_type: String,
+        /// What is wrong with it.
+        source: JobTypeError,
+    },
+    /// No builtin has that name.
+    #[error("unknown builtin {name:?} in {spec:?}; expected one of: {known}")]
+    UnknownBuiltin {
+        /// The whole entry.
+        spec: String,
+        /// The builtin part.
+        name: String,
+        /// The builtins that exist.
+        known: String,
+    },
+}
+
+impl FromStr for Builtin {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Builtin::ALL
+            .iter()
+            .copied()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| format!("unknown builtin {s:?}; expected one of: {}", known()))
+    }
+}
+
+/// One `job_type=builtin` entry of `--serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeSpec {
+    /// The job type to serve.
+    pub job_type: JobType,
+    /// The builtin serving it.
+    pub builtin: Builtin,
+}
+
+impl FromStr for ServeSpec {
+    type Err = ServeSpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let spec = spec.trim();
+        let (job_type, name) = spec
+            .split_once('=')
+            .ok_or_else(|| ServeSpecError::MissingEquals(spec.to_owned()))?;
+        let (job_type, name) = (job_type.trim(), name.trim());
+        let job_type = JobType::parse(job_type).map_err(|source| ServeSpecError::JobType {
+            spec: spec.to_owned(),
+            job_type: job_type.to_owned(),
+            source,
+        })?;
+        let builtin = name.parse().map_err(|_| ServeSpecError::UnknownBuiltin {
+            spec: spec.to_owned(),
+            name: name.to_owned(),
+            known: known(),
+        })?;
+        Ok(ServeSpec { job_type, builtin })
+    }
+}
+
+impl fmt::Display for ServeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}={}", self.job_type, self.builtin)
+    }
+}
+
+/// `noop`: succeeds at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Noop;
+
+impl Handler for Noop {
+    fn call(&self, _ctx: RunContext) -> BoxFuture<'static, Outcome> {
+        Box::pin(async { Outcome::success() })
+    }
+}
+
+/// `sleep`: sleeps `params` milliseconds; stops early when cancelled.
+#[derive(Debug, Clone, Copy)]
+pub struct Sleep;
+
+impl Handler for Sleep {
+    fn call(&self, ctx: RunContext) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move {
+            let ms: u64 = match ctx.params.trim().parse() {
+                Ok(ms) => ms,
+                Err(_) => {
+                    return Outcome::failure(format!(
+                        "sleep: params must be a whole number of milliseconds, got {:?}",
+                        ctx.params
+                    ))
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {
+                    ctx.log(format!("slept {ms} ms"));
+                    Outcome::success()
+                }
+                _ = ctx.cancel.cancelled() => {
+                    ctx.log("sleep interrupted: the run was cancelled");
+                    Outcome::failure("sleep interrupted")
+                }
+            }
+        })
+    }
+}
+
+/// `fail`: fails with `params` as the message.
+#[derive(Debug, Clone, Copy)]
+pub struct Fail;
+
+impl Handler for Fail {
+    fn call(&self, ctx: RunContext) -> BoxFuture<'static, Outcome> {
+        Box::pin(async move {
+            if ctx.params.is_empty() {
+                Outcome::failure("failed on purpose (builtin fail)")
+            } else {
+                Outcome::failure(ctx.params)
+            }
+        })
+    }
+}
+
+/// Longest line kept from a child's output; longer runs without a newline are split.
+const MAX_LINE: usize = 16 * 1024;
+/// After the shell exits, how long to wait for its output pipes to close (a background process
+/// may hold them open).
+const OUTPUT_GRACE: Duration = Duration::from_secs(1);
+/// The same after the shell was killed: what is left to read is of little use.
+const KILLED_OUTPUT_GRACE: Duration = Duration::from_millis(100);
+
+/// `shell`: runs `params` with `sh -c`; stdout and stderr go to the run log; exit code 0 succeeds.
+/// The child is killed when the run is cancelled (timeout, cover) or abandoned. Only the `sh`
+/// process is killed, not its process group (future work).
+#[derive(Debug, Clone, Copy)]
+pub struct Shell;
+
+impl Handler for Shell {
+    fn call(&self, ctx: RunContext) -> BoxFuture<'static, Outcome> {
+        Box::pin(run_shell(ctx))
+    }
+}
+
+async fn pump(mut r: impl AsyncRead + Unpin, log: RunLog) {
+    let mut buf = [0u8; 8192];
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                log.push(&String::from_utf8_lossy(&line));
+                line.clear();
+            } else {
+                line.push(b);
+                if line.len() >= MAX_LINE {
+                    log.push(&String::from_utf8_lossy(&line));
+                    line.clear();
+                }
+            }
+        }
+    }
+    if !line.is_empty() {
+        log.push(&String::from_utf8_lossy(&line));
+    }
+}
+
+async fn run_shell(ctx: RunContext) -> Outcome {
+    if ctx.params.trim().is_empty() {
+        return Outcome::failure("shell: params must be a command line for sh -c; got nothing");
+    }
+    let spawned = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&ctx.params)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("CADENZA_TRIGGER_ID", ctx.trigger_id.to_string())
+        .env("CADENZA_JOB_ID", ctx.job_id.to_string())
+        .env("CADENZA_JOB_TYPE", ctx.job_type.as_str())
+        .env("CADENZA_ATTEMPT", ctx.attempt.to_string())
+        .env("CADENZA_SHARD_INDEX", ctx.shard_index.to_string())
+        .env("CADENZA_SHARD_TOTAL", ctx.shard_total.to_string())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return Outcome::failure(format!("shell: cannot start sh: {e}")),
+    };
+    let mut pumps = tokio::task::JoinSet::new();
+    if let Some(out) = child.stdout.take() {
+        pumps.spawn(pump(out, ctx.log_handle()));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.spawn(pump(err, ctx.log_handle()));
+    }
+    let status = tokio::select! {
+        s = child.wait() => s,
+        _ = ctx.cancel.cancelled() => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            let _ = tokio::time::timeout(KILLED_OUTPUT_GRACE, async {
+                while pumps.join_next().await.is_some() {}
+            })
+            .await;
+            ctx.log("shell: killed, the run was cancelled");
+            return Outcome::failure("shell: killed, the run was cancelled");
+        }
+    };
+    if tokio::time::timeout(OUTPUT_GRACE, async {
+        while pumps.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        ctx.log("shell: output still open after the command exited (a background process?); not waiting for it");
+        pumps.abort_all();
+    }
+    match status {
+        Ok(s) if s.success() => Outcome::success(),
+        Ok(s) => match s.code() {
+            Some(code) => Outcome::failure(format!("exit code {code}")),
+            None => Outcome::failure(signal_message(&s)),
+        },
+        Err(e) => Outcome::failure(format!("shell: waiting for sh failed: {e}")),
+    }
+}
+
+#[cfg(unix)]
+fn signal_message(s: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match s.signal() {
+        Some(sig) => format!("killed by signal {sig}"),
+        None => format!("ended abnormally: {s}"),
+    }
+}
+
+#[cfg(not(unix))]
+fn signal_message(s: &std::process::ExitStatus) -> String {
+    format!("ended abnormally: {s}")
+}
+
+/// Most of a response body kept in the run log.
+const MAX_HTTP_BODY: usize = 16 * 1024;
+
+/// `http`: params are JSON `{"url": "...", "method": "GET", "body": ..., "headers": {...}}`
+/// (`method` defaults to GET; a string `body` is sent as is, any other JSON value as JSON). A 2xx
+/// status succeeds; the status and the start of the body go to the run log.
+#[derive(Debug, Clone)]
+pub struct Http {
+    client: reqwest::Client,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpParams {
+    url: String,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    body: Option<serde_json::Value>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+impl Http {
+    /// A handler with its own connection pool.
+    pub fn new() -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!("cadenza-worker/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self { client })
+    }
+}
+
+impl Handler for Http {
+    fn call(&self, ctx: RunContext) -> BoxFuture<'static, Outcome> {
+        let client = self.client.clone();
+        Box::pin(async move {
+            let cancel = ctx.cancel.clone();
+            tokio::select! {
+                outcome = run_http(&client, &ctx) => outcome,
+                _ = cancel.cancelled() => Outcome::failure("http: the run was cancelled"),
+            }
+        })
+    }
+}
+
+async fn run_http(client: &reqwest::Client, ctx: &RunContext) -> Outcome {
+    let params: HttpParams = match serde_json::from_str(&ctx.params) {
+        Ok(p) => p,
+        Err(e) => {
+            return Outcome::failure(format!(
+                r#"http: params must be JSON {{"url": "...", "method"?: "GET", "body"?: ..., "headers"?: {{...}}}}: {e}"#
+            ))
+        }
+    };
+    let method_name = params
+        .method
+        .as_deref()
+        .unwrap_or("GET")
+        .to_ascii_uppercase();
+    let method = match reqwest::Method::from_bytes(method_name.as_bytes()) {
+        Ok(m) => m,
+        Err(_) => return Outcome::failure(format!("http: bad method {method_name:?}")),
+    };
+    let mut req = client.request(method, &params.url);
+    for (k, v) in &params.headers {
+        req = req.header(k, v);
+    }
+    req = match params.body {
+        None | Some(serde_json::Value::Null) => req,
+        Some(serde_json::Value::String(s)) => req.body(s),
+        Some(v) => req.json(&v),
+    };
+    let mut resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return Outcome::failure(format!("http: {method_name} {} failed: {e}", params.url))
+        }
+    };
+    let status = resp.status();
+    ctx.log(format!("{method_name} {} -> {status}", params.url));
+    let mut body: Vec<u8> = Vec::new();
+    let mut truncated = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = MAX_HTTP_BODY.saturating_sub(body.len());
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if chunk.len() > room {
+                    truncated = true;
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                ctx.log(format!("http: reading the body failed: {e}"));
+                break;
+            }
+        }
+    }
+    if !body.is_empty() {
+        ctx.log(String::from_utf8_lossy(&body));
+    }
+    if truncated {
+        ctx.log(format!("[body truncated at {MAX_HTTP_BODY} bytes]"));
+    }
+    if status.is_success() {
+        Outcome::Success(Some(format!("HTTP {status}")))
+    } else {
+        Outcome::failure(format!("HTTP {status}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio_util::sync::CancellationToken;
+
+    fn ctx(params: &str) -> (RunContext, RunLog, CancellationToken) {
+        let mut t = crate::testing::trigger(0);
+        t.params = params.to_owned();
+        let cancel = CancellationToken::new();
+        let log = RunLog::new(4096);
+        (
+            RunContext::new(&t, cancel.clone(), log.clone()),
+            log,
+            cancel,
+        )
+    }
+
+    #[test]
+    fn serve_specs_parse_and_name_the_bad_part() {
+        assert_eq!(
+            "demo.echo=noop".parse::<ServeSpec>().unwrap(),
+            ServeSpec {
+                job_type: JobType::parse("demo.echo").unwrap(),
+                builtin: Builtin::Noop
+            }
+        );
+        assert_eq!(
+            " a = shell ".parse::<ServeSpec>().unwrap().builtin,
+            Builtin::Shell
+        );
+        assert_eq!(
+            "demo.echo".parse::<ServeSpec>().unwrap_err().to_string(),
+            "\"demo.echo\" is not JOB_TYPE=BUILTIN (missing '=')"
+        );
+        let e = "demo=teleport"
+            .parse::<ServeSpec>()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "unknown builtin \"teleport\" in \"demo=teleport\"; expected one of: noop, sleep, fail, shell, http"
+        );
+        let e = "bad type=noop"
+            .parse::<ServeSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "bad job type \"bad type\" in \"bad type=noop\": job_type may only contain"
+            ),
+            "{e}"
+        );
+        assert!(matches!(
+            "=noop".parse::<ServeSpec>(),
+            Err(ServeSpecError::JobType { .. })
+        ));
+        for b in Builtin::ALL {
+            assert_eq!(b.name().parse::<Builtin>().unwrap(), *b);
+        }
+    }
+
+    #[tokio::test]
+    async fn noop_and_fail() {
+        assert_eq!(Noop.call(ctx("x").0).await, Outcome::success());
+        assert_eq!(Fail.call(ctx("nope").0).await, Outcome::failure("nope"));
+        assert_eq!(
+            Fail.call(ctx("").0).await,
+            Outcome::failure("failed on purpose (builtin fail)")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleep_sleeps_honours_cancel_and_rejects_bad_params() {
+        let start = tokio::time::Instant::now();
+        let (c, log, _) = ctx("250");
+        assert_eq!(Sleep.call(c).await, Outcome::success());
+        assert_eq!(start.elapsed(), Duration::from_millis(250));
+        assert_eq!(log.contents().as_deref(), Some("slept 250 ms"));
+
+        let (c, _, cancel) = ctx("100000");
+        let run = tokio::spawn(Sleep.call(c));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        cancel.cancel();
+        assert_eq!(run.await.unwrap(), Outcome::failure("sleep interrupted"));
+
+        let Outcome::Failure(m) = Sleep.call(ctx("soon").0).await else {
+            panic!("bad params must fail");
+        };
+        assert_eq!(
+            m,
+            "sleep: params must be a whole number of milliseconds, got \"soon\""
+        );
+    }
+
+    #[tokio::test]
+    async fn shell_logs_output_and_uses_the_exit_code() {
+        let (c, log, _) = ctx("echo out; echo err >&2; echo \"id=$CADENZA_TRIGGER_ID\"; exit 0");
+        assert_eq!(Shell.call(c).await, Outcome::success());
+        let log = log.contents().unwrap();
+        for want in ["out", "err", "id=1"] {
+            assert!(
+                log.lines().any(|l| l == want),
+                "{want:?} missing from {log:?}"
+            );
+        }
+        let (c, log, _) = ctx("printf 'partial'; exit 3");
+        assert_eq!(Shell.call(c).await, Outcome::failure("exit code 3"));
+        assert_eq!(log.contents().as_deref(), Some("partial"));
+        assert_eq!(
+            Shell.call(ctx("  ").0).await,
+            Outcome::failure("shell: params must be a command line for sh -c; got nothing")
+        );
+    }
+
+    #[tokio::test]
+    async fn shell_is_killed_on_cancel() {
+        let (c, log, cancel) = ctx("echo started; exec sleep 30");
+        let run = tokio::spawn(Shell.call(c));
+        // Wait for the command to be running (its first line is in the log).
+        while log.contents().is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let t = std::time::Instant::now();
+        cancel.cancel();
+        assert_eq!(
+            run.await.unwrap(),
+            Outcome::failure("shell: killed, the run was cancelled")
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    /// Serves one canned HTTP response; returns its URL and the request it received.
+    async fn one_shot_server(response: &'static str) -> (String, tokio::task::JoinHandle<String>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read headers and a small body (good enough for the requests below).
+            loop {
+                let n = sock.read(&mut buf).await.unwrap();
+                req.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&req);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length: ")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if req.len() >= end + 4 + len {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            sock.write_all(response.as_bytes()).await.unwrap();
+            sock.shutdown().await.unwrap();
+            String::from_utf8_lossy(&req).into_owned()
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn http_succeeds_on_2xx_and_logs_status_and_body() {
+        let (url, server) = one_shot_server(
+            "HTTP/1.1 201 Created\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello",
+        )
+        .await;
+        let params =
+            serde_json::json!({"url": url, "method": "post", "body": {"a": 1}}).to_string();
+        let (c, log, _) = ctx(&params);
+        let http = Http::new().unwrap();
+        assert_eq!(
+            http.call(c).await,
+            Outcome::Success(Some("HTTP 201 Created".into()))
+        );
+        let req = server.await.unwrap();
+        assert!(req.starts_with("POST /hook HTTP/1.1"), "{req}");
+        assert!(req.ends_with(r#"{"a":1}"#), "{req}");
+        assert_eq!(
+            log.contents().unwrap(),
+            format!("POST {url} -> 201 Created\nhello")
+        );
+    }
+
+    #[tokio::test]
+    async fn http_fails_on_other_statuses_and_bad_params() {
+        let (url, server) = one_shot_server(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let http = Http::new().unwrap();
+        let params = serde_json::json!({ "url": url }).to_string();
+        assert_eq!(
+            http.call(ctx(&params).0).await,
+            Outcome::failure("HTTP 503 Service Unavailable")
+        );
+        assert!(server.await.unwrap().starts_with("GET /hook"));
+        let Outcome::Failure(m) = http.call(ctx("not json").0).await else {
+            panic!("bad params must fail");
+        };
+        assert!(m.starts_with("http: params must be JSON"), "{m}");
+    }
+}

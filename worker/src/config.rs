@@ -1,0 +1,201 @@
+//! Typed worker configuration, and the one place each rdkafka client is configured.
+//!
+//! [`WorkerConfig`] holds every knob with a documented default; [`consumer_client_config`] and
+//! [`producer_client_config`] turn it into the librdkafka settings. Nothing else in the crate sets
+//! Kafka properties.
+
+use std::time::Duration;
+
+use cadenza_schemas::{Topics, WorkerId, DEFAULT_TOPIC_PREFIX};
+use rdkafka::ClientConfig;
+
+/// Default broker list (`CADENZA_BROKERS`).
+pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
+/// Default consumer group (`CADENZA_GROUP`).
+pub const DEFAULT_GROUP: &str = "cadenza-workers";
+/// Default number of runs executed at once across all jobs.
+pub const DEFAULT_CAPACITY: u32 = 16;
+/// Default heartbeat interval.
+pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// Default time a graceful stop waits for running runs.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on the log kept per run (the tail is sent in the `finished` event).
+pub const DEFAULT_RUN_LOG_LIMIT: usize = 64 * 1024;
+
+/// Everything a [`Worker`](crate::Worker) needs besides its handlers.
+///
+/// Built by [`WorkerBuilder`](crate::WorkerBuilder); every field has a default.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Kafka bootstrap servers, comma separated. Default `127.0.0.1:9092`.
+    pub brokers: String,
+    /// The consumer group, i.e. the deployment this worker belongs to. Default `cadenza-workers`.
+    pub group: String,
+    /// Topic names (`<prefix>.trigger.<job_type>`, `<prefix>.results`, …). Default prefix `cadenza`.
+    pub topics: Topics,
+    /// This process's identity on the wire. Default: `<hostname>-<pid>-<random>`.
+    pub worker_id: WorkerId,
+    /// Runs executed at once across all jobs. Default 16.
+    pub capacity: u32,
+    /// Triggers taken from Kafka and not yet finished (running, waiting in a lane, or publishing
+    /// their result) above which the consumer pauses its partitions. A soft bound: it resumes at
+    /// half. Default 1024.
+    pub max_in_flight: usize,
+    /// How often a heartbeat is published. Default 5 s.
+    pub heartbeat_interval: Duration,
+    /// How long a graceful stop waits for running runs before handing them back unfinished
+    /// (they are redelivered to the partition's next owner). Default 30 s.
+    pub drain_timeout: Duration,
+    /// How long a cancelled (timed out, covered) handler may take to return before it is
+    /// abandoned and its task aborted. Default 5 s.
+    pub cancel_grace: Duration,
+    /// How often finished offsets are committed (asynchronously). Default 100 ms.
+    pub commit_interval: Duration,
+    /// Consumer session timeout: a silent member's partitions move after this. Default 10 s.
+    pub session_timeout: Duration,
+    /// How often topic metadata is refreshed, so that a trigger topic the admin creates after the
+    /// worker started is picked up. Default 1 s.
+    pub metadata_refresh: Duration,
+    /// Producer delivery timeout for result, heartbeat and DLQ records. A result that fails is
+    /// retried until it is delivered or the worker stops. Default 30 s.
+    pub message_timeout: Duration,
+    /// Bytes of log kept per run; older lines are dropped. Default 64 KiB.
+    pub run_log_limit: usize,
+    /// Extra librdkafka properties applied to both clients after the defaults (e.g. SASL/TLS).
+    pub kafka_overrides: Vec<(String, String)>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            brokers: DEFAULT_BROKERS.to_owned(),
+            group: DEFAULT_GROUP.to_owned(),
+            topics: Topics::new(DEFAULT_TOPIC_PREFIX),
+            worker_id: default_worker_id(),
+            capacity: DEFAULT_CAPACITY,
+            max_in_flight: 1024,
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            cancel_grace: Duration::from_secs(5),
+            commit_interval: Duration::from_millis(100),
+            session_timeout: Duration::from_secs(10),
+            metadata_refresh: Duration::from_secs(1),
+            message_timeout: Duration::from_secs(30),
+            run_log_limit: DEFAULT_RUN_LOG_LIMIT,
+            kafka_overrides: Vec::new(),
+        }
+    }
+}
+
+/// `<hostname>-<pid>-<8 random hex digits>`, restricted to characters that are safe in a
+/// Kafka client id and a log line.
+pub fn default_worker_id() -> WorkerId {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| {
+            h.trim()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                .collect::<String>()
+        })
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    let suffix = random.get(..8).unwrap_or(&random);
+    WorkerId(format!("{host}-{}-{suffix}", std::process::id()))
+}
+
+fn millis(d: Duration) -> String {
+    d.as_millis().to_string()
+}
+
+fn base(config: &WorkerConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.brokers)
+        .set("client.id", &config.worker_id.0);
+    c
+}
+
+fn apply_overrides(c: &mut ClientConfig, config: &WorkerConfig) {
+    for (k, v) in &config.kafka_overrides {
+        c.set(k, v);
+    }
+}
+
+/// The consumer of the trigger topics.
+///
+/// Offsets are committed explicitly from the offset tracker (never automatically, never stored
+/// by librdkafka), so the committed position only moves past finished triggers.
+pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
+    let mut c = base(config);
+    c.set("group.id", &config.group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        // The test broker (Tansu) does not answer a waiting fetch early; without this a trigger
+        // can wait up to fetch.wait.max.ms (default 500 ms) before the worker sees it.
+        .set("fetch.wait.max.ms", "10")
+        // The admin creates a trigger topic when a job type first appears, possibly after this
+        // worker subscribed; a short refresh makes the subscription pick it up quickly.
+        .set(
+            "topic.metadata.refresh.interval.ms",
+            millis(config.metadata_refresh),
+        )
+        .set("allow.auto.create.topics", "false")
+        .set("session.timeout.ms", millis(config.session_timeout))
+        // `range` is the assignor verified on the test broker; rebalances are eager, so the
+        // consumer context rebuilds the assignment on every callback.
+        .set("partition.assignment.strategy", "range");
+    apply_overrides(&mut c, config);
+    c
+}
+
+/// The producer of results, heartbeats and DLQ records.
+pub fn producer_client_config(config: &WorkerConfig) -> ClientConfig {
+    let mut c = base(config);
+    c.set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", millis(config.message_timeout));
+    apply_overrides(&mut c, config);
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_commits_explicitly_and_fetches_eagerly() {
+        let mut config = WorkerConfig {
+            group: "billing".into(),
+            ..WorkerConfig::default()
+        };
+        config
+            .kafka_overrides
+            .push(("security.protocol".into(), "plaintext".into()));
+        let c = consumer_client_config(&config);
+        assert_eq!(c.get("group.id"), Some("billing"));
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+        assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(c.get("fetch.wait.max.ms"), Some("10"));
+        assert_eq!(c.get("allow.auto.create.topics"), Some("false"));
+        assert_eq!(c.get("session.timeout.ms"), Some("10000"));
+        assert_eq!(c.get("security.protocol"), Some("plaintext"));
+        let p = producer_client_config(&config);
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(p.get("acks"), Some("all"));
+        assert_eq!(p.get("group.id"), None);
+    }
+
+    #[test]
+    fn default_worker_id_is_topic_and_log_safe() {
+        let id = default_worker_id().0;
+        assert!(id.contains(&format!("-{}-", std::process::id())));
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')));
+        assert_ne!(default_worker_id(), default_worker_id());
+    }
+}

@@ -1,0 +1,712 @@
+//! The life of one trigger on a worker, from admission to a committed offset:
+//!
+//! 1. the lane admits it (or discards it: `discard_later`) — synchronously, in consumption order;
+//! 2. it waits for its lane's turn, then for a capacity permit (a `cover_early` trigger may cancel
+//!    it meanwhile; a stopping worker hands it back unstarted);
+//! 3. `started` is published and the handler runs (timeout, cancellation, panics: see
+//!    [`execute`]);
+//! 4. `finished` is published and its delivery awaited (retried until delivered or the worker gives
+//!    up at the end of the drain);
+//! 5. only then is the offset marked finished in the tracker, which the committer commits.
+//!
+//! A run that is handed back (shutdown before it started, or still running when the drain timed
+//! out) publishes no `finished` event and never finishes its offset: the partition's next owner
+//! runs it again.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cadenza_schemas::{ResultEvent, RunFinished, RunStarted, RunStatus, TriggerMessage, WorkerId};
+use chrono::{DateTime, Utc};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
+use crate::lane::{Admission, Lanes, Turn};
+use crate::lock;
+use crate::offsets::{Epoch, OffsetTracker, TopicPartition};
+use crate::results::ResultSink;
+
+/// Where a trigger came from, and what finishing it means for the offset tracker.
+#[derive(Debug, Clone)]
+pub(crate) struct Delivery {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub epoch: Epoch,
+    /// The W3C trace context of the trigger, forwarded on the result events.
+    pub traceparent: Option<String>,
+}
+
+/// Counts triggers taken from Kafka and not finished, so the consumer can pause when too many
+/// pile up (see [`WorkerConfig::max_in_flight`](crate::WorkerConfig::max_in_flight)).
+#[derive(Debug, Clone)]
+pub(crate) struct InFlight {
+    inner: Arc<InFlightInner>,
+}
+
+#[derive(Debug)]
+struct InFlightInner {
+    count: AtomicUsize,
+    limit: usize,
+    drained: Notify,
+}
+
+/// Held while a trigger is in flight.
+#[derive(Debug)]
+pub(crate) struct InFlightGuard {
+    inner: Arc<InFlightInner>,
+}
+
+impl InFlight {
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            inner: Arc::new(InFlightInner {
+                count: AtomicUsize::new(0),
+                limit: limit.max(1),
+                drained: Notify::new(),
+            }),
+        }
+    }
+
+    pub(crate) fn enter(&self) -> InFlightGuard {
+        self.inner.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.inner.count.load(Ordering::SeqCst)
+    }
+
+    /// At or above the limit: the consumer should pause.
+    pub(crate) fn is_full(&self) -> bool {
+        self.count() >= self.inner.limit
+    }
+
+    /// Resolves once at most half the limit is in flight (where the consumer resumes).
+    pub(crate) async fn below_half(&self) {
+        loop {
+            let notified = self.inner.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.count() <= self.inner.limit / 2 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let before = self.inner.count.fetch_sub(1, Ordering::SeqCst);
+        if before.saturating_sub(1) <= self.inner.limit / 2 {
+            self.inner.drained.notify_waiters();
+        }
+    }
+}
+
+/// Everything a run needs from its worker; shared by all run tasks.
+pub(crate) struct RunEnv {
+    pub worker_id: WorkerId,
+    pub group: String,
+    pub results: Arc<dyn ResultSink>,
+    pub offsets: Arc<Mutex<OffsetTracker>>,
+    pub lanes: Arc<Lanes>,
+    /// Bounds concurrent handler executions across jobs.
+    pub capacity: Arc<Semaphore>,
+    pub in_flight: InFlight,
+    /// Cancelled when the worker stops taking triggers: runs that have not started are handed
+    /// back.
+    pub hand_back: CancellationToken,
+    /// Cancelled when the drain timed out: running runs are abandoned unreported.
+    pub abandon: CancellationToken,
+    pub run_log_limit: usize,
+    pub cancel_grace: Duration,
+    /// Every run and DLQ task, so a stop can wait for them.
+    pub tasks: TaskTracker,
+}
+
+/// The terminal status and message a run reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Verdict {
+    status: RunStatus,
+    message: Option<String>,
+}
+
+impl Verdict {
+    fn new(status: RunStatus, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: Some(message.into()),
+        }
+    }
+}
+
+fn cancelled_verdict(covered_by: Option<cadenza_schemas::TriggerId>) -> Verdict {
+    match covered_by {
+        Some(id) => Verdict::new(
+            RunStatus::Cancelled,
+            format!("cancelled: trigger {id} of the same job replaced this run (cover_early)"),
+        ),
+        None => Verdict::new(RunStatus::Cancelled, "cancelled"),
+    }
+}
+
+const BACKOFF_START: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+impl RunEnv {
+    /// Take a trigger: the lane decides now (consumption order), the run proceeds on its own task.
+    pub(crate) fn dispatch(
+        self: &Arc<Self>,
+        delivery: Delivery,
+        trigger: TriggerMessage,
+        handler: Arc<dyn Handler>,
+    ) {
+        let guard = self.in_flight.enter();
+        let admission = self
+            .lanes
+            .admit(trigger.job_id, trigger.trigger_id, trigger.block);
+        let env = Arc::clone(self);
+        self.tasks.spawn(async move {
+            env.run_trigger(delivery, trigger, handler, admission).await;
+            drop(guard);
+        });
+    }
+
+    /// The message at `delivery` is completely handled.
+    pub(crate) fn finish_offset(&self, delivery: &Delivery) {
+        lock(&self.offsets).finish(&delivery.tp, delivery.offset, delivery.epoch);
+    }
+
+    /// Run `attempt` until it succeeds or the worker abandons its work; waits with exponential
+    /// backoff between failures. Returns whether it succeeded.
+    pub(crate) async fn retry_until_abandoned<F, Fut, E>(&self, what: &str, mut attempt: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        let mut backoff = BACKOFF_START;
+        loop {
+            let result = tokio::select! {
+                biased;
+                _ = self.abandon.cancelled() => return false,
+                r = attempt() => r,
+            };
+            match result {
+                Ok(()) => return true,
+                Err(error) => {
+                    tracing::warn!(%error, retry_in_ms = backoff.as_millis() as u64, "{what} failed");
+                }
+            }
+            tokio::select! {
+                biased;
+                _ = self.abandon.cancelled() => return false,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    #[tracing::instrument(
+        name = "run",
+        skip_all,
+        fields(
+            job_id = %trigger.job_id,
+            trigger_id = %trigger.trigger_id,
+            partition = delivery.tp.partition,
+            offset = delivery.offset,
+            traceparent = delivery.traceparent.as_deref(),
+        )
+    )]
+    async fn run_trigger(
+        &self,
+        delivery: Delivery,
+        trigger: TriggerMessage,
+        handler: Arc<dyn Handler>,
+        admission: Admission,
+    ) {
+        let mut slot = match admission {
+            Admission::Discarded { busy } => {
+                let verdict = Verdict::new(
+                    RunStatus::Discarded,
+                    format!(
+                        "discarded: job {} already has {busy} run(s) running or waiting on worker {} (discard_later)",
+                        trigger.job_id, self.worker_id
+                    ),
+                );
+                self.report(&delivery, &trigger, verdict, None, None).await;
+                return;
+            }
+            Admission::Admitted(slot) => slot,
+        };
+
+        let turn = tokio::select! {
+            biased;
+            _ = self.hand_back.cancelled() => {
+                tracing::info!("worker stopping: handing back a run that had not started");
+                return;
+            }
+            t = slot.wait_turn() => t,
+        };
+        if turn == Turn::Cancelled {
+            let verdict = cancelled_verdict(slot.covered_by());
+            drop(slot);
+            self.report(&delivery, &trigger, verdict, None, None).await;
+            return;
+        }
+        let permit = tokio::select! {
+            biased;
+            _ = self.hand_back.cancelled() => {
+                tracing::info!("worker stopping: handing back a run that had not started");
+                return;
+            }
+            _ = slot.token().cancelled() => {
+                let verdict = cancelled_verdict(slot.covered_by());
+                drop(slot);
+                self.report(&delivery, &trigger, verdict, None, None).await;
+                return;
+            }
+            p = Arc::clone(&self.capacity).acquire_owned() => match p {
+                Ok(p) => p,
+                // The semaphore is never closed; if it were, the run is handed back.
+                Err(_) => return,
+            },
+        };
+
+        let started_at = Utc::now();
+        // Redelivery detection is part of the offset-metadata work: until the commit metadata
+        // tells a redelivered trigger apart, the attempt is the one the admin wrote.
+        let started = self.results.publish(
+            ResultEvent::Started(RunStarted {
+                trigger_id: trigger.trigger_id,
+                job_id: trigger.job_id,
+                worker_id: self.worker_id.clone(),
+                group: self.group.clone(),
+                partition: delivery.tp.partition,
+                offset: delivery.offset,
+                attempt: trigger.attempt,
+                started_at,
+            }),
+            delivery.traceparent.clone(),
+        );
+        // Deliver `started` while the handler runs; `finished` is only produced once it is
+        // delivered, so the two stay in order on the results partition.
+        let started = tokio::spawn(started);
+        tracing::debug!(job_type = %trigger.job_type, attempt = trigger.attempt, "run started");
+
+        let log = RunLog::new(self.run_log_limit);
+        let ctx = RunContext::new(&trigger, slot.token().child_token(), log.clone());
+        let execution = execute(handler, ctx, slot.token(), self.cancel_grace, &self.abandon).await;
+        let covered_by = slot.covered_by();
+        // The next run of the job and of the worker may start now.
+        drop(permit);
+        drop(slot);
+
+        let verdict = match execution {
+            Execution::HandedBack => {
+                started.abort();
+                tracing::warn!("drain timed out: run handed back unfinished; it will run again");
+                return;
+            }
+            Execution::Returned(Outcome::Success(message)) => Verdict {
+                status: RunStatus::Succeeded,
+                message,
+            },
+            Execution::Returned(Outcome::Failure(message)) => {
+                Verdict::new(RunStatus::Failed, message)
+            }
+            Execution::Returned(Outcome::Retry { message }) => {
+                Verdict::new(RunStatus::Failed, message)
+            }
+            Execution::Panicked(message) => {
+                Verdict::new(RunStatus::Failed, format!("handler panicked: {message}"))
+            }
+            Execution::TimedOut(after) => Verdict::new(
+                RunStatus::TimedOut,
+                format!("timed out after {} ms", after.as_millis()),
+            ),
+            Execution::Cancelled => cancelled_verdict(covered_by),
+        };
+        match started.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "the started event was not delivered"),
+            Err(error) => tracing::warn!(%error, "the started event task failed"),
+        }
+        self.report(
+            &delivery,
+            &trigger,
+            verdict,
+            Some(started_at),
+            log.contents(),
+        )
+        .await;
+    }
+
+    /// Publish `finished`, wait for its delivery, then finish the offset.
+    async fn report(
+        &self,
+        delivery: &Delivery,
+        trigger: &TriggerMessage,
+        verdict: Verdict,
+        started_at: Option<DateTime<Utc>>,
+        log: Option<String>,
+    ) {
+        let status = verdict.status;
+        let event = ResultEvent::Finished(RunFinished {
+            trigger_id: trigger.trigger_id,
+            job_id: trigger.job_id,
+            worker_id: self.worker_id.clone(),
+            group: self.group.clone(),
+            partition: delivery.tp.partition,
+            offset: delivery.offset,
+            attempt: trigger.attempt,
+            status,
+            started_at,
+            finished_at: Utc::now(),
+            message: verdict.message,
+            log,
+        });
+        let delivered = self
+            .retry_until_abandoned("publishing the finished event", || {
+                self.results
+                    .publish(event.clone(), delivery.traceparent.clone())
+            })
+            .await;
+        if delivered {
+            self.finish_offset(delivery);
+            tracing::info!(%status, "run finished");
+        } else {
+            tracing::warn!(%status, "worker stopped before the finished event was delivered; the trigger will run again");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handler::handler_fn;
+    use crate::results::PublishError;
+    use cadenza_schemas::{BlockStrategy, JobId, TriggerId};
+    use futures::future::BoxFuture;
+    use tokio::time::Instant;
+
+    /// Collects published events, with the (virtual) time they were published.
+    #[derive(Default)]
+    struct Collect {
+        events: Mutex<Vec<(Instant, ResultEvent)>>,
+        notify: Notify,
+    }
+
+    impl ResultSink for Collect {
+        fn publish(
+            &self,
+            event: ResultEvent,
+            _traceparent: Option<String>,
+        ) -> BoxFuture<'static, Result<(), PublishError>> {
+            lock(&self.events).push((Instant::now(), event));
+            self.notify.notify_waiters();
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    struct Harness {
+        env: Arc<RunEnv>,
+        sink: Arc<Collect>,
+        tp: TopicPartition,
+        epoch: Epoch,
+        t0: Instant,
+    }
+
+    impl Harness {
+        fn new(capacity: usize) -> Self {
+            let sink = Arc::new(Collect::default());
+            let tp = TopicPartition::new("c.trigger.t.x", 0);
+            let mut tracker = OffsetTracker::new();
+            let epoch = tracker.assign(tp.clone());
+            let env = Arc::new(RunEnv {
+                worker_id: WorkerId("w1".into()),
+                group: "g".into(),
+                results: sink.clone(),
+                offsets: Arc::new(Mutex::new(tracker)),
+                lanes: Arc::new(Lanes::default()),
+                capacity: Arc::new(Semaphore::new(capacity)),
+                in_flight: InFlight::new(1000),
+                hand_back: CancellationToken::new(),
+                abandon: CancellationToken::new(),
+                run_log_limit: 1024,
+                cancel_grace: Duration::from_secs(1),
+                tasks: TaskTracker::new(),
+            });
+            Self {
+                env,
+                sink,
+                tp,
+                epoch,
+                t0: Instant::now(),
+            }
+        }
+
+        /// Dispatch trigger `id` of `job` at offset `id`, with a handler sleeping `ms` (cooperative).
+        fn send(&self, id: i64, job: i64, block: BlockStrategy, timeout_ms: u64, ms: u64) {
+            let mut t = crate::testing::trigger(timeout_ms);
+            t.trigger_id = TriggerId(id);
+            t.job_id = JobId(job);
+            t.block = block;
+            t.params = ms.to_string();
+            let offset = id;
+            lock(&self.env.offsets).begin(&self.tp, offset);
+            self.env.dispatch(
+                Delivery {
+                    tp: self.tp.clone(),
+                    offset,
+                    epoch: self.epoch,
+                    traceparent: None,
+                },
+                t,
+                Arc::new(sleeper()),
+            );
+        }
+
+        async fn settle(&self) {
+            self.env.tasks.close();
+            self.env.tasks.wait().await;
+        }
+
+        /// (trigger id, event name or status, ms since start) in publication order.
+        fn timeline(&self) -> Vec<(i64, String, u128)> {
+            lock(&self.sink.events)
+                .iter()
+                .map(|(at, e)| {
+                    let what = match e {
+                        ResultEvent::Started(_) => "started".to_owned(),
+                        ResultEvent::Finished(f) => f.status.to_string(),
+                    };
+                    (e.trigger_id().0, what, (*at - self.t0).as_millis())
+                })
+                .collect()
+        }
+
+        fn finished(&self, id: i64) -> RunFinished {
+            lock(&self.sink.events)
+                .iter()
+                .find_map(|(_, e)| match e {
+                    ResultEvent::Finished(f) if f.trigger_id == TriggerId(id) => Some(f.clone()),
+                    _ => None,
+                })
+                .unwrap()
+        }
+
+        fn position(&self) -> Option<i64> {
+            lock(&self.env.offsets).position(&self.tp)
+        }
+    }
+
+    /// Sleeps `params` ms, stops early (reporting failure) when cancelled.
+    fn sleeper() -> impl Handler {
+        handler_fn(|ctx: RunContext| async move {
+            let ms: u64 = ctx.params.parse().unwrap_or(0);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => {
+                    ctx.log(format!("slept {ms}"));
+                    Outcome::success()
+                }
+                _ = ctx.cancel.cancelled() => Outcome::failure("interrupted"),
+            }
+        })
+    }
+
+    fn tl(v: &[(i64, &str, u128)]) -> Vec<(i64, String, u128)> {
+        v.iter()
+            .map(|(a, b, c)| (*a, (*b).to_owned(), *c))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn serial_execution_runs_a_jobs_triggers_in_order_one_at_a_time() {
+        let h = Harness::new(8);
+        let s = BlockStrategy::SerialExecution;
+        h.send(1, 7, s, 0, 100);
+        h.send(2, 7, s, 0, 100);
+        h.send(3, 8, s, 0, 50); // another job runs alongside
+        h.settle().await;
+        assert_eq!(
+            h.timeline(),
+            tl(&[
+                (1, "started", 0),
+                (3, "started", 0),
+                (3, "succeeded", 50),
+                (1, "succeeded", 100),
+                (2, "started", 100),
+                (2, "succeeded", 200),
+            ])
+        );
+        assert_eq!(h.finished(2).log.as_deref(), Some("slept 100"));
+        assert_eq!(h.position(), Some(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn discard_later_discards_while_the_job_is_busy() {
+        let h = Harness::new(8);
+        let d = BlockStrategy::DiscardLater;
+        h.send(1, 7, d, 0, 100);
+        h.send(2, 7, d, 0, 100);
+        h.settle().await;
+        assert_eq!(
+            h.timeline(),
+            tl(&[
+                (1, "started", 0),
+                (2, "discarded", 0),
+                (1, "succeeded", 100)
+            ])
+        );
+        let f = h.finished(2);
+        assert_eq!(f.started_at, None);
+        assert!(f.message.unwrap().contains("discard_later"));
+        assert_eq!(h.position(), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cover_early_cancels_the_running_and_waiting_runs() {
+        let h = Harness::new(8);
+        h.send(1, 7, BlockStrategy::SerialExecution, 0, 1000);
+        h.send(2, 7, BlockStrategy::SerialExecution, 0, 1000);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        h.send(3, 7, BlockStrategy::CoverEarly, 0, 100);
+        h.settle().await;
+        let mut timeline = h.timeline();
+        // Trigger 2 (waiting) and 1 (running) are both cancelled at 10 ms; their order is free.
+        timeline[1..3].sort();
+        assert_eq!(
+            timeline,
+            tl(&[
+                (1, "started", 0),
+                (1, "cancelled", 10),
+                (2, "cancelled", 10),
+                (3, "started", 10),
+                (3, "succeeded", 110),
+            ])
+        );
+        let f1 = h.finished(1);
+        assert!(f1.started_at.is_some());
+        assert_eq!(
+            f1.message.as_deref(),
+            Some("cancelled: trigger 3 of the same job replaced this run (cover_early)")
+        );
+        assert_eq!(h.finished(2).started_at, None);
+        assert_eq!(h.position(), Some(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn timeout_reports_timed_out() {
+        let h = Harness::new(8);
+        h.send(1, 7, BlockStrategy::SerialExecution, 50, 1000);
+        h.settle().await;
+        assert_eq!(h.timeline(), tl(&[(1, "started", 0), (1, "timed_out", 50)]));
+        assert_eq!(
+            h.finished(1).message.as_deref(),
+            Some("timed out after 50 ms")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn capacity_bounds_runs_across_jobs() {
+        let h = Harness::new(1);
+        h.send(1, 7, BlockStrategy::SerialExecution, 0, 100);
+        h.send(2, 8, BlockStrategy::SerialExecution, 0, 100);
+        h.settle().await;
+        assert_eq!(
+            h.timeline(),
+            tl(&[
+                (1, "started", 0),
+                (1, "succeeded", 100),
+                (2, "started", 100),
+                (2, "succeeded", 200),
+            ])
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_handler_fails_the_run_and_the_worker_goes_on() {
+        let h = Harness::new(8);
+        let mut t = crate::testing::trigger(0);
+        t.trigger_id = TriggerId(1);
+        lock(&h.env.offsets).begin(&h.tp, 1);
+        h.env.dispatch(
+            Delivery {
+                tp: h.tp.clone(),
+                offset: 1,
+                epoch: h.epoch,
+                traceparent: None,
+            },
+            t,
+            Arc::new(handler_fn(|ctx: RunContext| async move {
+                ctx.log("about to panic");
+                if ctx.attempt > 0 {
+                    panic!("kaboom");
+                }
+                Outcome::success()
+            })),
+        );
+        h.send(2, 7, BlockStrategy::SerialExecution, 0, 10);
+        h.settle().await;
+        let f = h.finished(1);
+        assert_eq!(f.status, RunStatus::Failed);
+        assert_eq!(f.message.as_deref(), Some("handler panicked: kaboom"));
+        assert_eq!(f.log.as_deref(), Some("about to panic"));
+        assert_eq!(h.finished(2).status, RunStatus::Succeeded);
+        assert_eq!(h.position(), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_hands_back_waiting_runs_and_drains_running_ones() {
+        let h = Harness::new(8);
+        let s = BlockStrategy::SerialExecution;
+        h.send(1, 7, s, 0, 100);
+        h.send(2, 7, s, 0, 100);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        h.env.hand_back.cancel();
+        h.settle().await;
+        assert_eq!(
+            h.timeline(),
+            tl(&[(1, "started", 0), (1, "succeeded", 100)])
+        );
+        // Trigger 2 never finished: the committed position stays on it.
+        assert_eq!(h.position(), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn abandoning_leaves_running_runs_unreported() {
+        let h = Harness::new(8);
+        h.send(1, 7, BlockStrategy::SerialExecution, 0, 10_000);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        h.env.hand_back.cancel();
+        h.env.abandon.cancel();
+        h.settle().await;
+        assert_eq!(h.timeline(), tl(&[(1, "started", 0)]));
+        assert_eq!(h.position(), Some(1));
+    }
+
+    #[tokio::test]
+    async fn in_flight_resumes_below_half() {
+        let f = InFlight::new(4);
+        let guards: Vec<_> = (0..4).map(|_| f.enter()).collect();
+        assert!(f.is_full());
+        let waiter = {
+            let f = f.clone();
+            tokio::spawn(async move { f.below_half().await })
+        };
+        let mut guards = guards.into_iter();
+        drop(guards.next());
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(guards.next());
+        waiter.await.unwrap();
+        assert_eq!(f.count(), 2);
+    }
+}
