@@ -82,8 +82,8 @@ CREATE TABLE triggers (
     updated_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
--- A scheduled fire time of a job exists once (G2 starts here).
-CREATE UNIQUE INDEX triggers_job_fire_time ON triggers (job_id, fire_time)
+-- A scheduled fire time of a job exists once (per broadcast shard): G2 starts here.
+CREATE UNIQUE INDEX triggers_job_fire_time ON triggers (job_id, fire_time, shard_index)
     WHERE kind IN ('cron', 'fix_rate', 'fix_delay', 'once', 'misfire');
 CREATE INDEX triggers_job ON triggers (job_id, id DESC);
 CREATE INDEX triggers_pending ON triggers (shard, fire_time)

@@ -358,3 +358,88 @@ async fn a_malformed_trigger_goes_to_the_dlq_and_the_worker_goes_on() {
     assert_eq!(d["payload"], "{not json");
     assert!(!d["reason"].as_str().unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn result_ingest_is_idempotent_and_refuses_garbage() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = &admin.api();
+    let _w = cluster
+        .spawn_worker("demo.echo=noop", "echo", &[])
+        .await
+        .unwrap();
+    let job = create_job(
+        api,
+        json!({"name": "once now", "job_type": "demo.echo", "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let (_, body) = api
+        .post_empty(&format!("/api/jobs/{job}/trigger"))
+        .await
+        .unwrap();
+    let id = body["trigger_ids"][0].as_i64().unwrap();
+    let run = wait_for(WAIT, "the run to succeed", || async move {
+        let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
+        Ok((r["status"] == "succeeded").then_some(r))
+    })
+    .await
+    .unwrap();
+
+    // A late, contradicting `finished` event for the same run, then garbage, then a marker
+    // event for another run: once the marker is applied, the earlier two were seen.
+    let results = format!("{}.results", cluster.topic_prefix());
+    let late = json!({"event": "finished", "trigger_id": id, "job_id": job, "worker_id": "intruder",
+        "group": "g", "partition": 0, "offset": 0, "attempt": 1, "status": "failed",
+        "finished_at": Utc::now().to_rfc3339(), "message": "should be ignored"});
+    let key = id.to_string();
+    cadenza_integration::produce(
+        &cluster.brokers(),
+        &results,
+        None,
+        Some(key.as_bytes()),
+        late.to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+    cadenza_integration::produce(
+        &cluster.brokers(),
+        &results,
+        None,
+        Some(key.as_bytes()),
+        b"\x00garbage",
+    )
+    .await
+    .unwrap();
+    let (_, body) = api
+        .post_empty(&format!("/api/jobs/{job}/trigger"))
+        .await
+        .unwrap();
+    let marker = body["trigger_ids"][0].as_i64().unwrap();
+    wait_for(WAIT, "the marker run to succeed", || async move {
+        let (_, r) = api.get_json(&format!("/api/triggers/{marker}")).await?;
+        Ok((r["status"] == "succeeded").then_some(()))
+    })
+    .await
+    .unwrap();
+    let (_, again) = api.get_json(&format!("/api/triggers/{id}")).await.unwrap();
+    assert_eq!(again["status"], "succeeded");
+    assert_eq!(again["worker_id"], run["worker_id"]);
+    assert_eq!(again["finished_at"], run["finished_at"]);
+
+    let dlq = format!("{}.dlq", cluster.topic_prefix());
+    let records = wait_for(WAIT, "the garbage result on the DLQ", || {
+        let (b, t) = (cluster.brokers(), dlq.clone());
+        async move {
+            let r = read_topic(&b, &t, Duration::from_secs(5)).await?;
+            Ok((!r.is_empty()).then_some(r))
+        }
+    })
+    .await
+    .unwrap();
+    let d = records[0].payload_json().unwrap();
+    assert_eq!(d["source_topic"], results);
+    assert!(
+        d["reason"].as_str().unwrap().contains("not a result event"),
+        "{d}"
+    );
+}
