@@ -88,14 +88,16 @@ CREATE UNIQUE INDEX triggers_job_fire_time ON triggers (job_id, fire_time, shard
 CREATE INDEX triggers_job ON triggers (job_id, id DESC);
 CREATE INDEX triggers_pending ON triggers (shard, fire_time)
     WHERE status IN ('scheduled', 'publishing');
-CREATE INDEX triggers_status ON triggers (status, id DESC);
+-- Rows change status several times within seconds of being written: keep the planner's
+-- statistics fresh so batched updates by id stay index lookups.
+ALTER TABLE triggers SET (autovacuum_analyze_scale_factor = 0.01, autovacuum_vacuum_scale_factor = 0.02);
 
 -- One row per shard; see ARCHITECTURE.md "Shards and leases".
 CREATE TABLE scheduler_lease (
     shard      INT PRIMARY KEY,
     holder     TEXT,
     epoch      BIGINT NOT NULL DEFAULT 0,
-    expires_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
+    expires_at TIMESTAMPTZ NOT NULL DEFAULT 'epoch'
 );
 
 -- Workers as last seen in their heartbeats.

@@ -45,6 +45,10 @@ pub struct AdminConfig {
     #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1)]
     pub replication_factor: i32,
 
+    /// A worker whose last heartbeat is older than this (ms) is dead: no run is routed to it.
+    #[arg(long, env = "CADENZA_WORKER_DEAD_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub worker_dead_ms: u64,
+
     #[command(flatten)]
     pub scheduler: SchedulerArgs,
 }

@@ -81,6 +81,10 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     }
 
     let tracker = TaskTracker::new();
+    let registry = Arc::new(route::registry::Registry::new(
+        Topics::new(config.topic_prefix.clone()),
+        Duration::from_millis(config.worker_dead_ms),
+    ));
     let ctx = Arc::new(scheduler::SchedulerContext {
         pool: pool.clone(),
         admin_id: admin_id.clone(),
@@ -89,6 +93,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         leases: Arc::new(scheduler::lease::Leases::default()),
         wheel: Arc::new(scheduler::wheel::Wheel::default()),
         kafka: kafka.clone(),
+        registry: registry.clone(),
     });
     scheduler::spawn(ctx, &tracker, shutdown.clone());
     tracker.spawn(ingest::results::run(
@@ -100,6 +105,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     tracker.spawn(ingest::heartbeats::run(
         pool.clone(),
         kafka.clone(),
+        registry.clone(),
         admin_id.clone(),
         shutdown.clone(),
     ));
@@ -109,6 +115,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         kafka: kafka.clone(),
         shard_count,
         api_token: config.api_token.clone(),
+        registry,
     });
     let app = api::router(state);
     let api_shutdown = shutdown.clone();

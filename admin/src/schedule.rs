@@ -66,6 +66,15 @@ impl CronSchedule {
     }
 
     /// The first fire time strictly after `t`.
+    ///
+    /// Fire times are local wall-clock times of the job's time zone. A local time that does not
+    /// exist (skipped when clocks go forward) does not fire; a local time that happens twice
+    /// (when clocks go back) fires once, at its first occurrence. So during the repeated hour a
+    /// job fires for the first pass only: jobs that must fire every few seconds or minutes
+    /// through the change are better written in UTC or as `fix_rate`.
+    ///
+    /// The `cron` crate iterates local times this way; the property test
+    /// `cron_across_dst_matches_brute_force` holds it to these rules.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.schedule
             .after(&t.with_timezone(&self.tz))
@@ -186,6 +195,7 @@ impl JobSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::TimeZone;
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -268,5 +278,111 @@ mod tests {
         assert_eq!(once.first_fire(now), Some(at("2026-01-02T00:00:00Z")));
         assert_eq!(once.next_after(at("2026-01-02T00:00:00Z")), None);
         assert_eq!(JobSchedule::None.first_fire(now), None);
+    }
+
+    /// Local times at which the schedule fires between `from` and `to`, by brute force: every
+    /// second of the interval whose wall-clock time matches, at the first occurrence of that
+    /// wall-clock time.
+    fn brute_force(c: &CronSchedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        let mut t = from + Duration::seconds(1);
+        // Wall-clock times seen before `from` (the first pass of a repeated hour) count too.
+        let mut back = from - Duration::hours(3);
+        while back <= from {
+            seen.insert(back.with_timezone(&c.tz).naive_local());
+            back += Duration::seconds(1);
+        }
+        while t <= to {
+            let wall = t.with_timezone(&c.tz).naive_local();
+            if seen.insert(wall) && c.schedule.includes(wall.and_utc()) {
+                out.push(t);
+            }
+            t += Duration::seconds(1);
+        }
+        out
+    }
+
+    /// Instants in `year` where the zone's UTC offset changes (to the hour).
+    fn transitions(tz: Tz, year: i32) -> Vec<DateTime<Utc>> {
+        use chrono::Offset;
+        let start = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).unwrap();
+        let offset = |t: DateTime<Utc>| t.with_timezone(&tz).offset().fix();
+        (0..24 * 366)
+            .map(|h| start + Duration::hours(h))
+            .filter(|t| offset(*t) != offset(*t + Duration::hours(1)))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Around every clock change of 2026 in three zones (one with a 30-minute change): no
+        /// fire at a skipped local time, one fire for a repeated local time, fire times strictly
+        /// increasing, and none missing.
+        #[test]
+        fn cron_across_dst_matches_brute_force(
+            sec in proptest::sample::select(vec!["0", "*/15", "30", "0,20,40"]),
+            min in proptest::sample::select(vec!["0", "30", "*/10", "*", "15,45"]),
+            hour in proptest::sample::select(vec!["*", "1", "2", "3", "1-3", "*/2", "2,3"]),
+            zone in proptest::sample::select(vec!["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]),
+            which in 0usize..2,
+        ) {
+            let expr = format!("{sec} {min} {hour} * * *");
+            let c = CronSchedule::parse(&expr, Some(zone)).unwrap();
+            let changes = transitions(c.tz, 2026);
+            proptest::prop_assert_eq!(changes.len(), 2, "{} changes clocks twice a year", zone);
+            let from = changes[which] - Duration::hours(2);
+            let to = changes[which] + Duration::hours(3);
+            let mut got = Vec::new();
+            let mut t = from;
+            while let Some(next) = c.next_after(t) {
+                if next > to { break; }
+                proptest::prop_assert!(next > t, "not increasing: {} after {}", next, t);
+                got.push(next);
+                t = next;
+            }
+            let want = brute_force(&c, from, to);
+            proptest::prop_assert_eq!(got, want, "{} in {}", expr, zone);
+        }
+
+        /// fix_rate fires exactly every `every_ms`, sub-second rates included.
+        #[test]
+        fn fix_rate_is_exact(every_ms in 1i64..5000, start_ms in 0i64..1_000_000) {
+            let s = JobSchedule::FixRate(Duration::milliseconds(every_ms));
+            let mut t = DateTime::<Utc>::UNIX_EPOCH + Duration::milliseconds(start_ms);
+            for _ in 0..50 {
+                let next = s.next_after(t).unwrap();
+                proptest::prop_assert_eq!((next - t).num_milliseconds(), every_ms);
+                t = next;
+            }
+        }
+    }
+
+    #[test]
+    fn skipped_and_repeated_local_times() {
+        // Berlin: 2026-03-29 02:30 does not exist; 2026-10-25 02:30 happens twice.
+        let c = CronSchedule::parse("0 30 2 * * *", Some("Europe/Berlin")).unwrap();
+        let fires = |from: &str, n: usize| {
+            let mut t = at(from);
+            (0..n)
+                .map(|_| {
+                    t = c.next_after(t).unwrap();
+                    t
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            fires("2026-03-28T00:00:00Z", 2),
+            vec![at("2026-03-28T01:30:00Z"), at("2026-03-30T00:30:00Z")]
+        );
+        assert_eq!(
+            fires("2026-10-24T00:00:00Z", 3),
+            vec![
+                at("2026-10-24T00:30:00Z"),
+                at("2026-10-25T00:30:00Z"),
+                at("2026-10-26T01:30:00Z")
+            ]
+        );
     }
 }

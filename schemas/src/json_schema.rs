@@ -9,6 +9,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("result_event.json", schema_for!(crate::ResultEvent)),
         ("heartbeat.json", schema_for!(crate::Heartbeat)),
         ("dlq_message.json", schema_for!(crate::DlqMessage)),
+        ("progress_record.json", schema_for!(crate::ProgressRecord)),
         ("schedule.json", schema_for!(crate::Schedule)),
         ("run_status.json", schema_for!(crate::RunStatus)),
         ("trigger_kind.json", schema_for!(crate::TriggerKind)),

@@ -76,6 +76,9 @@ pub struct FenceMessage {
 pub enum ResultEvent {
     Started(RunStarted),
     Finished(RunFinished),
+    /// Log lines of a run still running (the live log). The `finished` event's `log` replaces
+    /// whatever was shipped this way.
+    Log(RunLogLines),
 }
 
 impl ResultEvent {
@@ -83,8 +86,24 @@ impl ResultEvent {
         match self {
             ResultEvent::Started(s) => s.trigger_id,
             ResultEvent::Finished(f) => f.trigger_id,
+            ResultEvent::Log(l) => l.trigger_id,
         }
     }
+}
+
+/// A batch of log lines of a running run, in order. Batches of one run and attempt are numbered
+/// from 1; a consumer applies each `seq` once and ignores older ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunLogLines {
+    pub trigger_id: TriggerId,
+    pub job_id: JobId,
+    pub worker_id: WorkerId,
+    pub attempt: u32,
+    /// 1, 2, … per run and attempt.
+    pub seq: u64,
+    /// The lines, without newlines. A line may say that earlier lines were left out (the
+    /// worker bounds what it ships).
+    pub lines: Vec<String>,
 }
 
 /// A worker began a run.
@@ -123,6 +142,64 @@ pub struct RunFinished {
     /// The tail of the run's log (bounded by the worker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+    /// The handler asked to be retried (reported with status `failed`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub retry_requested: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// The progress of one trigger partition in one worker group, on `<prefix>.progress` (key =
+/// `<group>/<topic>/<partition>`): what the partition's next owner needs beyond the committed
+/// offset — runs finished above it (not to run again), runs started and unfinished (to run again
+/// with `attempt + 1`), and runs whose result was being reported (to report again, not rerun).
+/// The group's committed offset for the partition in the auxiliary group `<group>~progress`
+/// points at the latest record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProgressRecord {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    /// Every offset below is finished.
+    pub position: i64,
+    /// Finished offsets at or above `position`.
+    #[serde(default)]
+    pub finished: Vec<i64>,
+    /// Offsets whose run started and had not finished, with the attempt that started.
+    #[serde(default)]
+    pub started: Vec<StartedOffset>,
+    /// Offsets whose `finished` event was being published.
+    #[serde(default)]
+    pub reporting: Vec<ReportingOffset>,
+    pub worker_id: WorkerId,
+    pub written_at: DateTime<Utc>,
+}
+
+/// A run that started at `offset` with `attempt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StartedOffset {
+    pub offset: i64,
+    pub attempt: u32,
+}
+
+/// A run at `offset` whose `finished` event was being published (enough to publish it again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReportingOffset {
+    pub offset: i64,
+    pub trigger_id: TriggerId,
+    pub job_id: JobId,
+    pub worker_id: WorkerId,
+    pub attempt: u32,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub retry_requested: bool,
 }
 
 /// A worker's heartbeat on the compacted topic `<prefix>.workers` (key = worker id). A graceful
@@ -210,6 +287,7 @@ mod tests {
             finished_at: DateTime::UNIX_EPOCH,
             message: Some("boom".into()),
             log: None,
+            retry_requested: false,
         });
         let s = serde_json::to_string(&ev).unwrap();
         assert!(s.starts_with(r#"{"event":"finished""#));

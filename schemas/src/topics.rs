@@ -59,6 +59,11 @@ impl Topics {
     pub fn dlq(&self) -> String {
         format!("{}.dlq", self.prefix)
     }
+
+    /// `<prefix>.progress`: workers' per-partition progress records (see `ProgressRecord`).
+    pub fn progress(&self) -> String {
+        format!("{}.progress", self.prefix)
+    }
 }
 
 #[cfg(test)]

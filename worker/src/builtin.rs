@@ -234,9 +234,10 @@ const OUTPUT_GRACE: Duration = Duration::from_secs(1);
 /// The same after the shell was killed: what is left to read is of little use.
 const KILLED_OUTPUT_GRACE: Duration = Duration::from_millis(100);
 
-/// `shell`: runs `params` with `sh -c`; stdout and stderr go to the run log; exit code 0 succeeds.
-/// The child is killed when the run is cancelled (timeout, cover) or abandoned. Only the `sh`
-/// process is killed, not its process group (future work).
+/// `shell`: runs `params` with `sh -c`; stdout and stderr go to the run log (bounded by the run
+/// log limit, oldest lines dropped); exit code 0 succeeds. `sh` leads a process group of its
+/// own, and the whole group is killed (SIGKILL) when the run is cancelled (timeout, cover) or
+/// abandoned, and when the run ends: nothing the command started outlives its run.
 #[derive(Debug, Clone, Copy)]
 pub struct Shell;
 
@@ -288,12 +289,15 @@ async fn run_shell(ctx: RunContext) -> Outcome {
         .env("CADENZA_ATTEMPT", ctx.attempt.to_string())
         .env("CADENZA_SHARD_INDEX", ctx.shard_index.to_string())
         .env("CADENZA_SHARD_TOTAL", ctx.shard_total.to_string())
+        .process_group(0)
         .kill_on_drop(true)
         .spawn();
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => return Outcome::failure(format!("shell: cannot start sh: {e}")),
     };
+    // Kills the group however this function ends (including the task being aborted).
+    let group = ProcessGroup(child.id());
     let mut pumps = tokio::task::JoinSet::new();
     if let Some(out) = child.stdout.take() {
         pumps.spawn(pump(out, ctx.log_handle()));
@@ -304,6 +308,7 @@ async fn run_shell(ctx: RunContext) -> Outcome {
     let status = tokio::select! {
         s = child.wait() => s,
         _ = ctx.cancel.cancelled() => {
+            group.kill();
             let _ = child.start_kill();
             let _ = child.wait().await;
             let _ = tokio::time::timeout(KILLED_OUTPUT_GRACE, async {
@@ -320,9 +325,11 @@ async fn run_shell(ctx: RunContext) -> Outcome {
     .await
     .is_err()
     {
-        ctx.log("shell: output still open after the command exited (a background process?); not waiting for it");
+        ctx.log("shell: output still open after the command exited (a background process?); killing its process group");
+        group.kill();
         pumps.abort_all();
     }
+    drop(group);
     match status {
         Ok(s) if s.success() => Outcome::success(),
         Ok(s) => match s.code() {
@@ -330,6 +337,27 @@ async fn run_shell(ctx: RunContext) -> Outcome {
             None => Outcome::failure(signal_message(&s)),
         },
         Err(e) => Outcome::failure(format!("shell: waiting for sh failed: {e}")),
+    }
+}
+
+/// A process group led by a child started with `process_group(0)`: its id is the child's pid.
+/// Dropping it kills the group (processes already gone are no error).
+struct ProcessGroup(Option<u32>);
+
+impl ProcessGroup {
+    fn kill(&self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            use nix::sys::signal::{killpg, Signal};
+            use nix::unistd::Pid;
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -591,6 +619,54 @@ mod tests {
             Outcome::failure("shell: killed, the run was cancelled")
         );
         assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[cfg(target_os = "linux")]
+    fn alive(pid: &str) -> bool {
+        // A zombie (killed, not yet reaped by its new parent) counts as dead.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.split(") ").nth(1).unwrap_or("").starts_with('Z'))
+            .unwrap_or(false)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn shell_cancel_kills_the_whole_process_group() {
+        // A pipeline and a background grandchild: killing `sh` alone would leave them running.
+        let (c, log, cancel) = ctx("sleep 30 & echo bg=$!; sleep 30 | cat");
+        let run = tokio::spawn(Shell.call(c));
+        let pid = loop {
+            if let Some(l) = log.contents() {
+                break l.strip_prefix("bg=").unwrap().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert!(alive(&pid));
+        cancel.cancel();
+        run.await.unwrap();
+        let t = std::time::Instant::now();
+        while alive(&pid) && t.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!alive(&pid), "background process {pid} survived the cancel");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn shell_leaves_nothing_behind_when_it_exits() {
+        let (c, log, _) = ctx("sleep 30 > /dev/null 2>&1 & echo bg=$!");
+        assert_eq!(Shell.call(c).await, Outcome::success());
+        let pid = log
+            .contents()
+            .unwrap()
+            .strip_prefix("bg=")
+            .unwrap()
+            .to_owned();
+        let t = std::time::Instant::now();
+        while alive(&pid) && t.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!alive(&pid), "background process {pid} outlived its run");
     }
 
     /// Serves one canned HTTP response; returns its URL and the request it received.

@@ -7,6 +7,10 @@
 use std::time::Duration;
 
 use cadenza_schemas::{Topics, WorkerId, DEFAULT_TOPIC_PREFIX};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 /// Default broker list (`CADENZA_BROKERS`).
@@ -51,6 +55,9 @@ pub struct WorkerConfig {
     pub cancel_grace: Duration,
     /// How often finished offsets are committed (asynchronously). Default 100 ms.
     pub commit_interval: Duration,
+    /// How long runs of revoked partitions may take to finish before they are abandoned
+    /// unreported (their next owner runs them again). Default 10 s.
+    pub revoke_timeout: Duration,
     /// Consumer session timeout: a silent member's partitions move after this. Default 10 s.
     pub session_timeout: Duration,
     /// How often topic metadata is refreshed, so that a trigger topic the admin creates after the
@@ -78,6 +85,7 @@ impl Default for WorkerConfig {
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             cancel_grace: Duration::from_secs(5),
             commit_interval: Duration::from_millis(100),
+            revoke_timeout: Duration::from_secs(10),
             session_timeout: Duration::from_secs(10),
             metadata_refresh: Duration::from_secs(1),
             message_timeout: Duration::from_secs(30),
@@ -144,11 +152,59 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         )
         .set("allow.auto.create.topics", "false")
         .set("session.timeout.ms", millis(config.session_timeout))
+        // Also the rebalance timeout: how long a rebalance waits for members that do not rejoin
+        // (a killed one). Kept short, but above the revoke drain, which delays this member's
+        // rejoin.
+        .set(
+            "max.poll.interval.ms",
+            millis(
+                config
+                    .session_timeout
+                    .max(config.revoke_timeout + Duration::from_secs(10)),
+            ),
+        )
         // `range` is the assignor verified on the test broker; rebalances are eager, so the
         // consumer context rebuilds the assignment on every callback.
         .set("partition.assignment.strategy", "range");
     apply_overrides(&mut c, config);
     c
+}
+
+/// The consumers of the progress pointers and records: the auxiliary group
+/// `<group>~progress`, which never subscribes (it only commits and reads back).
+pub fn progress_client_config(config: &WorkerConfig) -> ClientConfig {
+    let mut c = base(config);
+    c.set("group.id", format!("{}~progress", config.group))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("fetch.wait.max.ms", "10")
+        .set("allow.auto.create.topics", "false");
+    apply_overrides(&mut c, config);
+    c
+}
+
+/// Create `<prefix>.progress` (one partition) unless it exists.
+pub(crate) async fn ensure_progress_topic(config: &WorkerConfig) -> Result<(), KafkaError> {
+    let admin: AdminClient<DefaultClientContext> = {
+        let mut c = base(config);
+        apply_overrides(&mut c, config);
+        c.create()?
+    };
+    let topic = config.topics.progress();
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1));
+    let results = admin
+        .create_topics(
+            [&new],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(KafkaError::AdminOp(code)),
+        }
+    }
+    Ok(())
 }
 
 /// The producer of results, heartbeats and DLQ records.

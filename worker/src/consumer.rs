@@ -7,9 +7,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cadenza_schemas::{JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
+use cadenza_schemas::{
+    JobType, ProgressRecord, TriggerMessage, TriggerRecord, WorkerId, HEADER_RECORD,
+    HEADER_TRACEPARENT,
+};
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
@@ -17,32 +20,267 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{consumer_client_config, WorkerConfig};
+use crate::config::{consumer_client_config, progress_client_config, WorkerConfig};
 use crate::dlq::{dlq_message, DlqProducer, Origin};
 use crate::handler::Handler;
 use crate::heartbeat::Assignment;
-use crate::offsets::{OffsetTracker, TopicPartition};
+use crate::offsets::{CommitItem, OffsetTracker, Prior, TopicPartition};
+use crate::producer::{produce, Producer, Record};
 use crate::run::{Delivery, RunEnv};
 use crate::{lock, Throttle};
 
 /// The trigger consumer.
 pub(crate) type TriggerConsumer = StreamConsumer<ConsumerCtx>;
 
+/// A trigger record larger than this goes to the DLQ unread.
+pub(crate) const MAX_TRIGGER_BYTES: usize = 1024 * 1024;
+
+/// How long loading a partition's progress record may take before the partition is started
+/// from its committed offset alone.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tells runs waiting for a mark to become durable that a commit round completed, and wakes the
+/// committer when one waits.
+#[derive(Debug)]
+pub(crate) struct ProgressSignal {
+    /// Notified by a run that waits for a commit.
+    pub wake: Notify,
+    /// Bumped after every commit round.
+    pub committed: watch::Sender<u64>,
+}
+
+impl Default for ProgressSignal {
+    fn default() -> Self {
+        Self {
+            wake: Notify::new(),
+            committed: watch::channel(0).0,
+        }
+    }
+}
+
+impl ProgressSignal {
+    pub(crate) fn bump(&self) {
+        self.committed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// The progress records of the partitions (see `offsets`): written to `<prefix>.progress`, their
+/// offsets committed in the auxiliary group `<group>~progress` under the trigger partition, read
+/// back when a partition is assigned.
+pub(crate) struct Progress {
+    offsets: Arc<Mutex<OffsetTracker>>,
+    /// Holds the pointers (commits only; never subscribes).
+    pointers: BaseConsumer,
+    /// Reads records back.
+    reader: Mutex<BaseConsumer>,
+    producer: Producer,
+    topic: String,
+    group: String,
+    worker_id: WorkerId,
+    /// One commit at a time, so an older record never lands after a newer one.
+    serial: Mutex<()>,
+    pub(crate) signal: Arc<ProgressSignal>,
+}
+
+fn key(group: &str, tp: &TopicPartition) -> String {
+    format!("{group}/{}/{}", tp.topic, tp.partition)
+}
+
+impl Progress {
+    pub(crate) fn new(
+        config: &WorkerConfig,
+        offsets: Arc<Mutex<OffsetTracker>>,
+        producer: Producer,
+        signal: Arc<ProgressSignal>,
+    ) -> KafkaResult<Self> {
+        Ok(Self {
+            offsets,
+            pointers: progress_client_config(config).create()?,
+            reader: Mutex::new(progress_client_config(config).create()?),
+            producer,
+            topic: config.topics.progress(),
+            group: config.group.clone(),
+            worker_id: config.worker_id.clone(),
+            serial: Mutex::new(()),
+            signal,
+        })
+    }
+
+    /// Write `items` and commit them (blocking; call with `serial` held). Returns whether the
+    /// records are durable.
+    fn commit_items<C: ConsumerContext, K: Consumer<C>>(
+        &self,
+        main: &K,
+        items: &[CommitItem],
+    ) -> bool {
+        if items.is_empty() {
+            return true;
+        }
+        let sends = items.iter().map(|it| {
+            let payload = serde_json::to_vec(&it.record).unwrap_or_default();
+            let record = Record {
+                topic: self.topic.clone(),
+                key: key(&self.group, &it.tp),
+                payload: Some(payload),
+                headers: Vec::new(),
+            };
+            async move { produce(&self.producer, &record).await }
+        });
+        let written = futures::executor::block_on(futures::future::join_all(sends));
+        let mut pointers = TopicPartitionList::new();
+        let mut positions = TopicPartitionList::new();
+        for (it, w) in items.iter().zip(written) {
+            let at = match w {
+                Ok((_, offset)) => offset,
+                Err(error) => {
+                    tracing::warn!(%error, "writing a progress record failed; retrying next round");
+                    return false;
+                }
+            };
+            let added = pointers
+                .add_partition_offset(&it.tp.topic, it.tp.partition, Offset::Offset(at))
+                .and_then(|()| {
+                    positions.add_partition_offset(
+                        &it.tp.topic,
+                        it.tp.partition,
+                        Offset::Offset(it.record.position),
+                    )
+                });
+            if let Err(error) = added {
+                tracing::warn!(%error, "cannot build a commit");
+                return false;
+            }
+        }
+        if let Err(error) = self.pointers.commit(&pointers, CommitMode::Sync) {
+            tracing::warn!(%error, "committing progress pointers failed; retrying next round");
+            return false;
+        }
+        // The record is what the next owner trusts; the group's own offset follows it (and may
+        // fail harmlessly, e.g. during a rebalance).
+        if let Err(error) = main.commit(&positions, CommitMode::Sync) {
+            tracing::debug!(%error, "offset commit failed; the progress record stands");
+        }
+        true
+    }
+
+    /// Commit every changed record (blocking). Returns how many partitions were committed.
+    pub(crate) fn commit_round<C: ConsumerContext, K: Consumer<C>>(&self, main: &K) -> usize {
+        let _serial = lock(&self.serial);
+        let items = lock(&self.offsets).to_commit(&self.worker_id, &self.group, false);
+        let n = items.len();
+        if n > 0 && self.commit_items(main, &items) {
+            lock(&self.offsets).mark_committed(&items);
+        } else if n > 0 {
+            lock(&self.offsets).forget_committed();
+        }
+        self.signal.bump();
+        n
+    }
+
+    /// The partitions' committed offsets and progress records (blocking).
+    fn load<C: ConsumerContext, K: Consumer<C>>(
+        &self,
+        main: &K,
+        tps: &[TopicPartition],
+    ) -> Vec<(TopicPartition, Option<i64>, Option<ProgressRecord>)> {
+        let mut q = TopicPartitionList::new();
+        for tp in tps {
+            q.add_partition(&tp.topic, tp.partition);
+        }
+        let offset_of = |tpl: &KafkaResult<TopicPartitionList>, tp: &TopicPartition| match tpl {
+            Ok(l) => match l
+                .find_partition(&tp.topic, tp.partition)
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) if o >= 0 => Some(o),
+                _ => None,
+            },
+            Err(_) => None,
+        };
+        let committed = main.committed_offsets(q.clone(), LOAD_TIMEOUT);
+        let pointers = self.pointers.committed_offsets(q, LOAD_TIMEOUT);
+        if let Err(error) = committed.as_ref().and(pointers.as_ref()) {
+            tracing::error!(%error, "cannot read the committed progress of assigned partitions; starting them from the committed offsets");
+        }
+        tps.iter()
+            .map(|tp| {
+                let record = offset_of(&pointers, tp).and_then(|at| self.read(tp, at));
+                (tp.clone(), offset_of(&committed, tp), record)
+            })
+            .collect()
+    }
+
+    fn read(&self, tp: &TopicPartition, at: i64) -> Option<ProgressRecord> {
+        let reader = lock(&self.reader);
+        let mut tpl = TopicPartitionList::new();
+        if let Err(error) = tpl
+            .add_partition_offset(&self.topic, 0, Offset::Offset(at))
+            .and_then(|()| reader.assign(&tpl))
+        {
+            tracing::error!(%error, "cannot read a progress record");
+            return None;
+        }
+        let deadline = Instant::now() + LOAD_TIMEOUT;
+        while Instant::now() < deadline {
+            match reader.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) if m.offset() == at => {
+                    let parsed = m
+                        .payload()
+                        .and_then(|p| serde_json::from_slice::<ProgressRecord>(p).ok())
+                        .filter(|r| {
+                            r.group == self.group
+                                && r.topic == tp.topic
+                                && r.partition == tp.partition
+                        });
+                    if parsed.is_none() {
+                        tracing::error!(topic = %tp.topic, partition = tp.partition, at, "the progress record does not match its partition; ignoring it");
+                    }
+                    return parsed;
+                }
+                Some(Ok(m)) if m.offset() > at => break,
+                _ => {}
+            }
+        }
+        tracing::error!(topic = %tp.topic, partition = tp.partition, at, "progress record not found; starting the partition from its committed offset");
+        None
+    }
+}
+
+/// Run `f`, which blocks, on a runtime worker thread without starving the runtime's other tasks
+/// (runs must be able to finish while a rebalance callback waits for them).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Consumer callbacks: keep the offset tracker and the heartbeat's assignment in step with
-/// rebalances, commit what is finished before partitions go, and log errors through `tracing`.
+/// rebalances, drain and commit before partitions go, load their progress when they come, and
+/// log errors through `tracing`.
 pub(crate) struct ConsumerCtx {
     offsets: Arc<Mutex<OffsetTracker>>,
+    progress: Arc<Progress>,
     assignment: Assignment,
+    revoke_timeout: Duration,
     errors: Throttle,
 }
 
 impl ConsumerCtx {
-    pub(crate) fn new(offsets: Arc<Mutex<OffsetTracker>>, assignment: Assignment) -> Self {
+    pub(crate) fn new(
+        offsets: Arc<Mutex<OffsetTracker>>,
+        progress: Arc<Progress>,
+        assignment: Assignment,
+        revoke_timeout: Duration,
+    ) -> Self {
         Self {
             offsets,
+            progress,
             assignment,
+            revoke_timeout,
             errors: Throttle::new(Duration::from_secs(60)),
         }
     }
@@ -73,12 +311,11 @@ fn is_unknown_topic(error: &KafkaError) -> bool {
     )
 }
 
-fn to_tpl(positions: &[(TopicPartition, i64)]) -> KafkaResult<TopicPartitionList> {
-    let mut tpl = TopicPartitionList::new();
-    for (tp, pos) in positions {
-        tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*pos))?;
-    }
-    Ok(tpl)
+fn partitions(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
+    tpl.elements()
+        .iter()
+        .map(|e| TopicPartition::new(e.topic(), e.partition()))
+        .collect()
 }
 
 impl ClientContext for ConsumerCtx {
@@ -95,36 +332,66 @@ impl ClientContext for ConsumerCtx {
     }
 }
 
+impl ConsumerCtx {
+    /// The rebalance rule: runs of revoked partitions that have not started are handed back at
+    /// once; running ones get up to the revoke timeout to finish and report; what still runs
+    /// then is abandoned unreported (its `started` mark is durable, so the partition's next
+    /// owner runs it again with `attempt + 1`). Then the partitions' records are committed.
+    fn revoke(&self, consumer: &BaseConsumer<Self>, tpl: &TopicPartitionList) {
+        let tps = partitions(tpl);
+        let unfinished: usize = {
+            let mut offsets = lock(&self.offsets);
+            offsets.start_revoking(&tps);
+            tps.iter().map(|tp| offsets.unfinished(tp)).sum()
+        };
+        let started = Instant::now();
+        let left = blocking(|| loop {
+            let active = lock(&self.offsets).active(&tps);
+            if active == 0 || started.elapsed() >= self.revoke_timeout {
+                return active;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        });
+        if left > 0 {
+            tracing::warn!(
+                runs = left,
+                revoke_timeout_ms = self.revoke_timeout.as_millis() as u64,
+                "runs of revoked partitions still running: abandoning them (their next owner runs them again)"
+            );
+        }
+        let committed = blocking(|| {
+            let _serial = lock(&self.progress.serial);
+            let items: Vec<CommitItem> = {
+                let mut offsets = lock(&self.offsets);
+                tps.iter()
+                    .filter_map(|tp| {
+                        offsets.revoke(tp, &self.progress.worker_id, &self.progress.group)
+                    })
+                    .collect()
+            };
+            let ok = self.progress.commit_items(consumer, &items);
+            self.progress.signal.bump();
+            (items.len(), ok)
+        });
+        tracing::info!(
+            partitions = %describe(tpl),
+            unfinished,
+            drained_ms = started.elapsed().as_millis() as u64,
+            committed = committed.0,
+            "partitions revoked"
+        );
+        if !committed.1 {
+            tracing::warn!(
+                "commit before revocation failed; the next owner may run finished triggers again"
+            );
+        }
+    }
+}
+
 impl ConsumerContext for ConsumerCtx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
-            Rebalance::Revoke(tpl) => {
-                let mut unfinished = 0;
-                let finished: Vec<_> = {
-                    let mut offsets = lock(&self.offsets);
-                    tpl.elements()
-                        .iter()
-                        .filter_map(|e| {
-                            let tp = TopicPartition::new(e.topic(), e.partition());
-                            unfinished += offsets.unfinished(&tp);
-                            offsets.revoke(&tp).map(|pos| (tp, pos))
-                        })
-                        .collect()
-                };
-                tracing::info!(partitions = %describe(tpl), unfinished, "partitions revoked");
-                // Commit what finished before the partitions go, so their next owner does not
-                // run it again. Runs still in flight for them will run again there (the
-                // rebalance drain is future work).
-                if !finished.is_empty() {
-                    match to_tpl(&finished).and_then(|t| consumer.commit(&t, CommitMode::Sync)) {
-                        Ok(()) => tracing::info!(
-                            positions = ?finished.iter().map(|(tp, p)| format!("{}[{}]@{p}", tp.topic, tp.partition)).collect::<Vec<_>>(),
-                            "committed before revocation"
-                        ),
-                        Err(error) => tracing::warn!(%error, "commit before revocation failed"),
-                    }
-                }
-            }
+            Rebalance::Revoke(tpl) => self.revoke(consumer, tpl),
             Rebalance::Assign(_) => {}
             Rebalance::Error(error) => tracing::warn!(%error, "rebalance error"),
         }
@@ -132,11 +399,17 @@ impl ConsumerContext for ConsumerCtx {
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            let tps = partitions(tpl);
+            let loaded = blocking(|| self.progress.load(consumer, &tps));
             let mut offsets = lock(&self.offsets);
-            for e in tpl.elements() {
-                offsets.assign(TopicPartition::new(e.topic(), e.partition()));
+            let mut inherited = 0;
+            for (tp, committed, record) in loaded {
+                if let Some(r) = &record {
+                    inherited += r.finished.len() + r.started.len() + r.reporting.len();
+                }
+                offsets.assign(tp, committed, record.as_ref());
             }
-            tracing::info!(partitions = %describe(tpl), "partitions assigned");
+            tracing::info!(partitions = %describe(tpl), inherited, "partitions assigned");
         }
         // Whatever the protocol (eager or cooperative), the heartbeat reports the full current
         // assignment.
@@ -162,10 +435,7 @@ impl ConsumerContext for ConsumerCtx {
             Ok(()) => tracing::trace!(partitions = %describe(offsets), "offsets committed"),
             // Nothing to commit is not an error worth reporting.
             Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-            Err(error) => {
-                tracing::warn!(%error, "offset commit failed; committing again next round");
-                lock(&self.offsets).forget_committed();
-            }
+            Err(error) => tracing::debug!(%error, "offset commit failed"),
         }
     }
 }
@@ -175,50 +445,34 @@ pub(crate) fn create(config: &WorkerConfig, ctx: ConsumerCtx) -> KafkaResult<Tri
     consumer_client_config(config).create_with_context(ctx)
 }
 
-/// Commits the tracker's positions: asynchronously every `interval` while running, synchronously
+/// Commits the progress records: whenever a run waits for one, at least every `interval`, and
 /// once at the end.
 #[derive(Clone)]
 pub(crate) struct Committer {
     consumer: Arc<TriggerConsumer>,
-    offsets: Arc<Mutex<OffsetTracker>>,
+    progress: Arc<Progress>,
     interval: Duration,
 }
 
 impl Committer {
     pub(crate) fn new(
         consumer: Arc<TriggerConsumer>,
-        offsets: Arc<Mutex<OffsetTracker>>,
+        progress: Arc<Progress>,
         interval: Duration,
     ) -> Self {
         Self {
             consumer,
-            offsets,
+            progress,
             interval,
         }
     }
 
-    /// Commit (asynchronously) every position that moved. Returns how many partitions.
+    /// Commit every record that changed (blocking). Returns how many partitions.
     pub(crate) fn run_once(&self) -> usize {
-        // The lock is held while the commit is enqueued, so a revocation (which takes it) cannot
-        // slip in between and have this older commit land after its own.
-        let mut offsets = lock(&self.offsets);
-        let moved = offsets.to_commit();
-        if moved.is_empty() {
-            return 0;
-        }
-        match to_tpl(&moved).and_then(|t| self.consumer.commit(&t, CommitMode::Async)) {
-            Ok(()) => {
-                offsets.mark_committed(&moved);
-                moved.len()
-            }
-            Err(error) => {
-                tracing::warn!(%error, "offset commit failed");
-                0
-            }
-        }
+        self.progress.commit_round(&*self.consumer)
     }
 
-    /// Commit every `interval` until `stop`.
+    /// Commit on demand and every `interval` until `stop`.
     pub(crate) async fn run(self, stop: CancellationToken) {
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -226,25 +480,20 @@ impl Committer {
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
-                _ = ticker.tick() => { self.run_once(); }
+                _ = self.progress.signal.wake.notified() => {}
+                _ = ticker.tick() => {}
+            }
+            let me = self.clone();
+            if let Err(error) = tokio::task::spawn_blocking(move || me.run_once()).await {
+                tracing::warn!(%error, "commit task failed");
             }
         }
     }
 
-    /// Commit every known position and wait for the broker's answer (blocking: call it from
-    /// `spawn_blocking`).
+    /// The last commit before leaving (blocking: call it from `spawn_blocking`).
     pub(crate) fn commit_final(&self) {
-        let positions = lock(&self.offsets).positions();
-        if positions.is_empty() {
-            return;
-        }
-        match to_tpl(&positions).and_then(|t| self.consumer.commit(&t, CommitMode::Sync)) {
-            Ok(()) => {
-                lock(&self.offsets).mark_committed(&positions);
-                tracing::info!(partitions = positions.len(), "final offsets committed");
-            }
-            Err(error) => tracing::warn!(%error, "final offset commit failed"),
-        }
+        let n = self.run_once();
+        tracing::info!(partitions = n, "final offsets committed");
     }
 }
 
@@ -279,6 +528,8 @@ pub(crate) enum Classified {
     Skip,
     /// Unusable, for this reason.
     Dlq(String),
+    /// A well-formed trigger of a job type this worker has no handler for: recorded `failed`.
+    Unserved(Box<TriggerMessage>),
     /// A trigger to run.
     Run(Box<TriggerMessage>),
 }
@@ -286,28 +537,27 @@ pub(crate) enum Classified {
 /// Classify a message of `topic`, whose handler serves `expected` (None: no handler).
 pub(crate) fn classify(
     expected: Option<&JobType>,
-    topic: &str,
     record_header: Option<&[u8]>,
     payload: Option<&[u8]>,
 ) -> Classified {
     if record_header == Some(b"fence".as_slice()) {
         return Classified::Skip;
     }
-    let Some(expected) = expected else {
-        return Classified::Dlq(format!("no handler for topic {topic}"));
-    };
     let Some(payload) = payload else {
         return Classified::Dlq("empty payload (expected a trigger record)".to_owned());
     };
+    if payload.len() > MAX_TRIGGER_BYTES {
+        return Classified::Dlq(format!(
+            "oversized trigger record: {} bytes (at most {MAX_TRIGGER_BYTES})",
+            payload.len()
+        ));
+    }
     match serde_json::from_slice::<TriggerRecord>(payload) {
         Err(e) => Classified::Dlq(format!("not a trigger record: {e}")),
         Ok(TriggerRecord::Fence(_)) => Classified::Skip,
-        Ok(TriggerRecord::Trigger(t)) if t.job_type != *expected => Classified::Dlq(format!(
-            "trigger {} has job type {:?} but arrived on the topic of {:?}",
-            t.trigger_id,
-            t.job_type.as_str(),
-            expected.as_str()
-        )),
+        Ok(TriggerRecord::Trigger(t)) if Some(&t.job_type) != expected => {
+            Classified::Unserved(Box::new(t))
+        }
         Ok(TriggerRecord::Trigger(t)) => Classified::Run(Box::new(t)),
     }
 }
@@ -339,6 +589,25 @@ impl Intake {
         }
     }
 
+    /// While the worker drains: keep serving the consumer's callbacks (a rebalance must not
+    /// wait for this member), take no message, until `stop`.
+    pub(crate) async fn idle(&self, stop: &CancellationToken) {
+        self.set_paused(true);
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                m = self.consumer.recv() => {
+                    if m.is_ok() {
+                        // A partition assigned meanwhile: pause it too; the message stays
+                        // uncommitted for its next owner.
+                        self.set_paused(true);
+                    }
+                }
+            }
+        }
+    }
+
     fn set_paused(&self, pause: bool) {
         let result = self.consumer.assignment().and_then(|tpl| {
             if pause {
@@ -348,10 +617,9 @@ impl Intake {
             }
         });
         match result {
-            Ok(()) if pause => tracing::debug!(
-                in_flight = self.env.in_flight.count(),
-                "too many triggers in flight: consumption paused"
-            ),
+            Ok(()) if pause => {
+                tracing::debug!(in_flight = self.env.in_flight.count(), "consumption paused")
+            }
             Ok(()) => tracing::debug!("consumption resumed"),
             Err(error) => tracing::warn!(%error, pause, "cannot pause/resume consumption"),
         }
@@ -371,34 +639,70 @@ impl Intake {
         }
     }
 
+    fn served(&self) -> String {
+        let mut types: Vec<&str> = self.routes.values().map(|r| r.job_type.as_str()).collect();
+        types.sort_unstable();
+        types.join(", ")
+    }
+
     /// Classify one message. Never panics on input.
     fn handle(&self, m: OwnedMessage) {
         let tp = TopicPartition::new(m.topic(), m.partition());
         let offset = m.offset();
-        let Some(epoch) = lock(&self.env.offsets).begin(&tp, offset) else {
+        let Some(begun) = lock(&self.env.offsets).begin(&tp, offset) else {
             tracing::debug!(topic = %tp.topic, partition = tp.partition, offset, "message from a partition not assigned here; left for its owner");
             return;
         };
-        let delivery = Delivery {
-            tp,
-            offset,
-            epoch,
-            traceparent: header(&m, HEADER_TRACEPARENT)
-                .map(|v| String::from_utf8_lossy(v).into_owned()),
+        let traceparent =
+            header(&m, HEADER_TRACEPARENT).map(|v| String::from_utf8_lossy(v).into_owned());
+        let delivery = Delivery::new(&self.env.offsets, tp, offset, &begun, traceparent);
+        let redelivered = match begun.prior {
+            Prior::Fresh => None,
+            Prior::Started { attempt } => Some(attempt),
+            Prior::Finished => {
+                tracing::debug!(topic = %delivery.tp.topic, partition = delivery.tp.partition, offset, "finished by an earlier owner of the partition; skipped");
+                self.env.finish_offset(&delivery);
+                return;
+            }
+            Prior::Reporting(report) => {
+                tracing::info!(trigger_id = %report.trigger_id, offset, "an earlier owner was reporting this run's result; publishing it again instead of running it");
+                self.env.republish(delivery, *report);
+                return;
+            }
         };
         let route = self.routes.get(&delivery.tp.topic);
         match classify(
             route.map(|r| &r.job_type),
-            &delivery.tp.topic,
             header(&m, HEADER_RECORD),
             m.payload(),
         ) {
             Classified::Skip => self.env.finish_offset(&delivery),
             Classified::Dlq(reason) => self.to_dlq(delivery, &m, reason),
+            Classified::Unserved(trigger) => {
+                let attempt = redelivered.map_or(trigger.attempt, |a| a.saturating_add(1));
+                let reason = format!(
+                    "no handler for job type {:?} on worker {} (it serves: {}; the trigger came on topic {}): check the deployment's --serve",
+                    trigger.job_type.as_str(),
+                    self.reporter,
+                    self.served(),
+                    delivery.tp.topic
+                );
+                tracing::warn!(trigger_id = %trigger.trigger_id, %reason, "trigger recorded failed");
+                self.env.reject(delivery, *trigger, attempt, reason);
+            }
             Classified::Run(trigger) => match route {
-                Some(route) => self
-                    .env
-                    .dispatch(delivery, *trigger, Arc::clone(&route.handler)),
+                Some(route) => {
+                    let attempt = match redelivered {
+                        Some(a) => {
+                            let next = a.saturating_add(1);
+                            tracing::info!(trigger_id = %trigger.trigger_id, offset, attempt = next, "redelivered: the run started on an earlier owner and did not finish; running it again");
+                            next
+                        }
+                        None => trigger.attempt,
+                    };
+                    self.env
+                        .dispatch(delivery, *trigger, attempt, Arc::clone(&route.handler))
+                }
                 None => self.to_dlq(delivery, &m, "no handler".to_owned()),
             },
         }
@@ -418,7 +722,9 @@ impl Intake {
         let guard = env.in_flight.enter();
         self.env.tasks.spawn(async move {
             if env
-                .retry_until_abandoned("producing to the DLQ", || dlq.send(&msg))
+                .retry_until(&delivery.tokens.dropped, "producing to the DLQ", || {
+                    dlq.send(&msg)
+                })
                 .await
             {
                 env.finish_offset(&delivery);
@@ -445,43 +751,41 @@ mod tests {
     #[test]
     fn classifies_fences_garbage_strangers_and_triggers() {
         let jt = JobType::parse("t.x").unwrap();
-        let topic = "c.trigger.t.x";
         let trigger = crate::testing::trigger(0);
         let body = serde_json::to_vec(&TriggerRecord::Trigger(trigger.clone())).unwrap();
         assert_eq!(
-            classify(Some(&jt), topic, Some(b"trigger"), Some(&body)),
+            classify(Some(&jt), Some(b"trigger"), Some(&body)),
             Classified::Run(Box::new(trigger.clone()))
         );
         // The fence header is enough, whatever the body.
         assert_eq!(
-            classify(Some(&jt), topic, Some(b"fence"), Some(b"junk")),
+            classify(Some(&jt), Some(b"fence"), Some(b"junk")),
             Classified::Skip
         );
         let fence = br#"{"type":"fence","admin_id":"a","shard":1,"epoch":2,"nonce":"n","written_at":"2026-01-01T00:00:00Z"}"#;
-        assert_eq!(
-            classify(Some(&jt), topic, None, Some(fence)),
-            Classified::Skip
-        );
-        let Classified::Dlq(reason) = classify(Some(&jt), topic, None, Some(b"{not json")) else {
+        assert_eq!(classify(Some(&jt), None, Some(fence)), Classified::Skip);
+        let Classified::Dlq(reason) = classify(Some(&jt), None, Some(b"{not json")) else {
             panic!("garbage must go to the DLQ");
         };
         assert!(reason.starts_with("not a trigger record: "), "{reason}");
         assert!(matches!(
-            classify(Some(&jt), topic, None, None),
+            classify(Some(&jt), None, None),
             Classified::Dlq(_)
         ));
         let other = JobType::parse("t.y").unwrap();
-        let Classified::Dlq(reason) = classify(Some(&other), "c.trigger.t.y", None, Some(&body))
-        else {
-            panic!("a trigger of another job type must go to the DLQ");
-        };
-        assert!(
-            reason.contains("\"t.x\" but arrived on the topic of \"t.y\""),
-            "{reason}"
+        // Well-formed but not served here: recorded failed, not dead-lettered.
+        assert_eq!(
+            classify(Some(&other), None, Some(&body)),
+            Classified::Unserved(Box::new(trigger.clone()))
         );
-        assert!(matches!(
-            classify(None, topic, None, Some(&body)),
-            Classified::Dlq(_)
-        ));
+        assert_eq!(
+            classify(None, None, Some(&body)),
+            Classified::Unserved(Box::new(trigger.clone()))
+        );
+        let huge = vec![b' '; MAX_TRIGGER_BYTES + 1];
+        let Classified::Dlq(reason) = classify(Some(&jt), None, Some(&huge)) else {
+            panic!("an oversized record must go to the DLQ");
+        };
+        assert!(reason.starts_with("oversized trigger record"), "{reason}");
     }
 }

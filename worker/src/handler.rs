@@ -201,6 +201,8 @@ struct LogBuf {
     bytes: usize,
     limit: usize,
     dropped: u64,
+    /// Lines ever pushed: the kept lines are numbered `total - lines.len() .. total`.
+    total: u64,
 }
 
 impl RunLog {
@@ -212,6 +214,7 @@ impl RunLog {
                 bytes: 0,
                 limit: limit.max(1),
                 dropped: 0,
+                total: 0,
             })),
         }
     }
@@ -234,6 +237,7 @@ impl RunLog {
                 line
             };
             b.bytes += line.len() + 1;
+            b.total += 1;
             b.lines.push_back(line.to_owned());
             while b.bytes > b.limit {
                 match b.lines.pop_front() {
@@ -245,6 +249,48 @@ impl RunLog {
                 }
             }
         }
+    }
+
+    /// Lines from number `next` on, at most `max_bytes` of them (a line longer than that is cut
+    /// to its end), and the number to ask for next time. Lines already dropped from the log, or
+    /// left out to keep within `max_bytes`, are replaced by one note saying how many.
+    pub(crate) fn since(&self, next: u64, max_bytes: usize) -> (Vec<String>, u64) {
+        let b = lock(&self.inner);
+        let first = b.total - b.lines.len() as u64;
+        let mut from = next.max(first);
+        let mut out = Vec::new();
+        // Keep the newest lines that fit: walk back from the end.
+        let mut bytes = 0;
+        let mut start = b.total;
+        for (i, l) in b.lines.iter().enumerate().rev() {
+            let n = first + i as u64;
+            if n < from || bytes + l.len() > max_bytes {
+                break;
+            }
+            bytes += l.len();
+            start = n;
+        }
+        if start == b.total && from < b.total {
+            // Not even the last line fits: its end.
+            start = b.total - 1;
+        }
+        let skipped = start.saturating_sub(next);
+        if skipped > 0 {
+            out.push(format!("[… {skipped} line(s) not shown live]"));
+        }
+        from = start;
+        for l in b.lines.iter().skip((from - first) as usize) {
+            if l.len() > max_bytes {
+                let mut cut = l.len() - max_bytes;
+                while !l.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                out.push(l[cut..].to_owned());
+            } else {
+                out.push(l.clone());
+            }
+        }
+        (out, b.total)
     }
 
     /// The kept lines joined by newlines, preceded by a note when older output was dropped;
@@ -388,6 +434,39 @@ mod tests {
         log.push("héllo");
         // 6 bytes; the tail of at most 3 bytes on a char boundary is kept.
         assert_eq!(log.contents().unwrap(), "[… 3 earlier bytes dropped]\nllo");
+    }
+
+    #[test]
+    fn since_ships_new_lines_within_a_bound() {
+        let log = RunLog::new(1024);
+        assert_eq!(log.since(0, 100), (vec![], 0));
+        log.push("a\nb");
+        let (lines, next) = log.since(0, 100);
+        assert_eq!((lines, next), (vec!["a".to_owned(), "b".to_owned()], 2));
+        assert_eq!(log.since(2, 100), (vec![], 2));
+        log.push("ccc\ndd\ne");
+        // Only the newest lines that fit in 3 bytes; the others are counted.
+        assert_eq!(
+            log.since(2, 3),
+            (
+                vec![
+                    "[… 1 line(s) not shown live]".into(),
+                    "dd".into(),
+                    "e".into()
+                ],
+                5
+            )
+        );
+        // A line longer than the bound: its end.
+        log.push("0123456789");
+        assert_eq!(log.since(5, 4), (vec!["6789".into()], 6));
+        // Lines that fell out of the kept log are counted too.
+        let small = RunLog::new(4);
+        small.push("aa\nbb\ncc");
+        assert_eq!(
+            small.since(0, 100),
+            (vec!["[… 2 line(s) not shown live]".into(), "cc".into()], 3)
+        );
     }
 
     #[tokio::test]

@@ -1,5 +1,7 @@
 //! Heartbeats on the compacted topic `<prefix>.workers` (key = worker id): group, job types,
-//! current partition assignment, running jobs, capacity. A graceful stop writes a tombstone.
+//! current partition assignment, running jobs with their run counts, capacity, version, start
+//! time and interval (`CADENZA_HEARTBEAT_MS`, default 5 s). A graceful stop writes a tombstone.
+//! The admin routes runs from these (it calls a worker dead after `CADENZA_WORKER_DEAD_MS`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

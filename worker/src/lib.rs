@@ -25,9 +25,12 @@
 //! **Architecture invariant:** the worker never touches PostgreSQL nor calls the admin's HTTP API;
 //! everything it learns and reports travels through Kafka (`cadenza-schemas` wire types).
 //!
-//! Delivery is at least once: a trigger's offset is committed only after its `finished` event is
-//! delivered, so a crash re-runs what had not finished. See `offsets` for the known gaps
-//! (out-of-order finished offsets in commit metadata, `attempt + 1` on redelivery, rebalance drain).
+//! A trigger's offset is committed only after its `finished` event is delivered, and every commit
+//! records which runs above it finished, started or were reporting (see `offsets`): a crash or a
+//! rebalance re-runs only what had not finished, with `attempt + 1`, and never re-runs a run whose
+//! result was published. On revocation, runs that have not started are handed back and running
+//! ones get [`WorkerBuilder::revoke_timeout`] to finish before they are abandoned (and run again
+//! by the partition's next owner).
 
 #![warn(missing_docs)]
 
@@ -229,6 +232,20 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long runs of revoked partitions may take to finish before they are abandoned and run
+    /// again by the partitions' next owner (default 10 s).
+    pub fn revoke_timeout(mut self, timeout: Duration) -> Self {
+        self.config.revoke_timeout = timeout;
+        self
+    }
+
+    /// Consumer session timeout: a worker that stops answering loses its partitions after this
+    /// (default 10 s).
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.config.session_timeout = timeout;
+        self
+    }
+
     /// How long a cancelled handler may take to return before it is abandoned (default 5 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.config.cancel_grace = grace;
@@ -361,12 +378,35 @@ impl Worker {
         let cfg = self.config;
         let topics = &cfg.topics;
         let producer = producer::create(&cfg).map_err(kafka("creating the Kafka producer"))?;
-        let offsets = Arc::new(Mutex::new(offsets::OffsetTracker::new()));
+        config::ensure_progress_topic(&cfg)
+            .await
+            .map_err(kafka("creating the progress topic"))?;
+        let hand_back = CancellationToken::new();
+        let abandon = CancellationToken::new();
+        let offsets = Arc::new(Mutex::new(offsets::OffsetTracker::new(
+            hand_back.clone(),
+            abandon.clone(),
+        )));
+        let signal = Arc::new(consumer::ProgressSignal::default());
+        let progress = Arc::new(
+            consumer::Progress::new(
+                &cfg,
+                Arc::clone(&offsets),
+                producer.clone(),
+                Arc::clone(&signal),
+            )
+            .map_err(kafka("creating the progress clients"))?,
+        );
         let assignment: heartbeat::Assignment = Arc::default();
         let consumer = Arc::new(
             consumer::create(
                 &cfg,
-                consumer::ConsumerCtx::new(Arc::clone(&offsets), Arc::clone(&assignment)),
+                consumer::ConsumerCtx::new(
+                    Arc::clone(&offsets),
+                    Arc::clone(&progress),
+                    Arc::clone(&assignment),
+                    cfg.revoke_timeout,
+                ),
             )
             .map_err(kafka("creating the Kafka consumer"))?,
         );
@@ -409,13 +449,14 @@ impl Worker {
             group: cfg.group.clone(),
             results: results::KafkaResults::new(producer.clone(), topics.results()),
             offsets: Arc::clone(&offsets),
+            progress: signal,
             lanes: Arc::clone(&lanes),
             capacity: Arc::new(Semaphore::new(
                 usize::try_from(cfg.capacity).unwrap_or(usize::MAX),
             )),
             in_flight: run::InFlight::new(cfg.max_in_flight),
-            hand_back: CancellationToken::new(),
-            abandon: CancellationToken::new(),
+            hand_back,
+            abandon,
             run_log_limit: cfg.run_log_limit,
             cancel_grace: cfg.cancel_grace,
             tasks: TaskTracker::new(),
@@ -440,7 +481,7 @@ impl Worker {
 
         let committer = consumer::Committer::new(
             Arc::clone(&consumer),
-            Arc::clone(&offsets),
+            Arc::clone(&progress),
             cfg.commit_interval,
         );
         let commit_stop = CancellationToken::new();
@@ -455,9 +496,16 @@ impl Worker {
             errors: Throttle::new(Duration::from_secs(60)),
         };
         intake.run(&shutdown).await;
-        drop(intake);
 
-        // Graceful stop.
+        // Graceful stop. The consumer keeps serving its callbacks (taking no message) so that a
+        // rebalance meanwhile does not wait for this member.
+        let idle_stop = CancellationToken::new();
+        let idle = {
+            let stop = idle_stop.clone();
+            tokio::spawn(async move {
+                intake.idle(&stop).await;
+            })
+        };
         tracing::info!(
             in_flight = env.in_flight.count(),
             drain_timeout_ms = cfg.drain_timeout.as_millis() as u64,
@@ -476,6 +524,10 @@ impl Worker {
             env.abandon.cancel();
             // Runs return promptly once abandoned; bounded anyway.
             let _ = tokio::time::timeout(Duration::from_secs(5), env.tasks.wait()).await;
+        }
+        idle_stop.cancel();
+        if let Err(error) = idle.await {
+            tracing::warn!(%error, "the consumer task failed");
         }
         commit_stop.cancel();
         let _ = commit_task.await;

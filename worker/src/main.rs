@@ -44,6 +44,15 @@ struct Cli {
     /// How long a graceful stop waits for running runs, in milliseconds.
     #[arg(long, env = "CADENZA_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
     drain_timeout_ms: u64,
+    /// Consumer session timeout in milliseconds: a worker that stops answering loses its
+    /// partitions after this.
+    #[arg(long, env = "CADENZA_SESSION_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    session_timeout_ms: u64,
+    /// How long runs of revoked partitions may take to finish in a rebalance before they are
+    /// abandoned (and run again, attempt + 1, by the partitions' next owner), in milliseconds.
+    #[arg(long, env = "CADENZA_REVOKE_TIMEOUT_MS", default_value_t = 10_000)]
+    revoke_timeout_ms: u64,
     /// Unfinished triggers above which consumption pauses (resumes at half).
     #[arg(long, env = "CADENZA_MAX_IN_FLIGHT", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -124,6 +133,8 @@ async fn main() -> anyhow::Result<()> {
         .capacity(cli.capacity)
         .heartbeat_interval(Duration::from_millis(cli.heartbeat_ms))
         .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
+        .session_timeout(Duration::from_millis(cli.session_timeout_ms))
+        .revoke_timeout(Duration::from_millis(cli.revoke_timeout_ms))
         .max_in_flight(usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX));
     if let Some(id) = cli.worker_id {
         builder = builder.worker_id(id);

@@ -1,18 +1,34 @@
-//! Per-partition tracking of unfinished offsets.
+//! Per-partition progress: which offsets are finished, started or being reported, and what a
+//! commit must record so that the partition's next owner neither loses nor repeats work.
 //!
 //! Triggers of one partition finish out of order (different jobs, different durations), so the
-//! position a worker may commit is the **lowest unfinished offset**, or the last seen offset + 1
-//! when nothing is unfinished. A crash therefore redelivers only what had not finished, plus the
-//! triggers that finished out of order above the lowest unfinished one.
+//! committed **position** is the lowest unfinished offset (or the last seen + 1). That alone would
+//! make the next owner re-run everything finished above it, and would not tell it which triggers
+//! had started. So every commit also records, per partition, a [`ProgressRecord`]:
 //!
-//! **Known gap (offset-metadata work):** those out-of-order finished offsets should travel in the
-//! commit's metadata (as Confluent's parallel consumer does) so the next owner skips them, and a
-//! redelivered trigger should then be recognised and run with `attempt + 1`. Neither is done yet.
+//! * `finished`: offsets at or above the position that are finished — the next owner skips them;
+//! * `started`: offsets whose run started and has not finished, with its attempt — the next owner
+//!   runs them again as `attempt + 1`;
+//! * `reporting`: offsets whose `finished` event was being published — the next owner publishes
+//!   it again (the admin ingests it once) instead of running the trigger again.
 //!
-//! The tracker is a plain struct without I/O; the consumer wraps it in a mutex, feeds it from the
-//! consume loop and the rebalance callbacks, and commits what [`OffsetTracker::to_commit`] returns.
+//! This is the commit metadata of Confluent's parallel consumer. Kafka brokers keep a commit's
+//! metadata string, but not every Kafka-protocol broker does, so the worker writes the record to
+//! `<prefix>.progress` and commits its offset there, in the auxiliary group `<group>~progress`,
+//! under the trigger partition (see `consumer::Progress`).
+//!
+//! A run publishes `started` only once its `started` mark is durable, and `finished` only once
+//! its `reporting` mark is durable; so whatever moment a worker dies at, the next owner knows
+//! whether the run may have started (→ `attempt + 1`) and whether its result may have been
+//! published (→ publish again, never run again).
+//!
+//! The tracker is a plain struct without I/O; the consumer wraps it in a mutex.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
+
+use cadenza_schemas::{ProgressRecord, ReportingOffset, StartedOffset, WorkerId};
+use chrono::Utc;
+use tokio_util::sync::CancellationToken;
 
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -35,130 +51,394 @@ impl TopicPartition {
 /// and the message may have been delivered again).
 pub type Epoch = u64;
 
+#[derive(Debug, Clone, PartialEq)]
+enum Mark {
+    /// Taken from the partition here, not started (not recorded: it only holds the position).
+    Waiting,
+    Started(u32),
+    Reporting(Box<ReportingOffset>),
+    Finished,
+}
+
+/// What earlier owners of the partition left for an offset, told when it is taken.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prior {
+    /// Nothing: a first delivery.
+    Fresh,
+    /// Finished already: skip it.
+    Finished,
+    /// Started with this attempt and never finished: run it again with `attempt + 1`.
+    Started { attempt: u32 },
+    /// Its result was being published: publish it again, do not run it.
+    Reporting(Box<ReportingOffset>),
+}
+
+/// Tokens of one assignment of a partition.
+#[derive(Debug, Clone)]
+pub struct PartitionTokens {
+    /// Cancelled when the partition is being revoked (or the worker stops taking triggers): runs
+    /// of it that have not started are handed back.
+    pub revoking: CancellationToken,
+    /// Cancelled when the partition is gone (or the worker abandons its runs): runs of it still
+    /// executing are abandoned unreported; the next owner runs them again.
+    pub dropped: CancellationToken,
+}
+
+/// An offset taken from an assigned partition.
+#[derive(Debug, Clone)]
+pub struct Begun {
+    pub epoch: Epoch,
+    pub prior: Prior,
+    pub tokens: PartitionTokens,
+}
+
+/// Whether a mark has reached the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    Durable,
+    Pending,
+    /// The partition was revoked since.
+    Gone,
+}
+
+type Snapshot = (i64, Vec<i64>, Vec<StartedOffset>, Vec<ReportingOffset>);
+
 #[derive(Debug)]
 struct PartitionState {
     epoch: Epoch,
-    unfinished: BTreeSet<i64>,
-    /// Highest offset handed to `begin`.
+    tokens: PartitionTokens,
+    /// Every offset below is finished (known when the partition was assigned).
+    base: Option<i64>,
+    entries: BTreeMap<i64, Mark>,
     highest_seen: Option<i64>,
-    /// Last position this process committed (or tried to), if any.
-    committed: Option<i64>,
+    /// Offsets taken here whose task has not ended.
+    active: usize,
+    version: u64,
+    durable: u64,
+    committed: Option<Snapshot>,
 }
 
 impl PartitionState {
     fn position(&self) -> Option<i64> {
-        match self.unfinished.first() {
-            Some(lowest) => Some(*lowest),
-            None => self.highest_seen.map(|h| h + 1),
+        if let Some((o, _)) = self.entries.iter().find(|(_, m)| **m != Mark::Finished) {
+            return Some(*o);
         }
+        match (self.highest_seen.map(|h| h + 1), self.base) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn prune(&mut self) {
+        let Some(position) = self.position() else {
+            return;
+        };
+        let done: Vec<i64> = self
+            .entries
+            .range(..position)
+            .filter(|(_, m)| **m == Mark::Finished)
+            .map(|(o, _)| *o)
+            .collect();
+        for o in done {
+            self.entries.remove(&o);
+        }
+    }
+
+    fn snapshot(&self) -> Option<Snapshot> {
+        let position = self.position()?;
+        let mut finished = Vec::new();
+        let mut started = Vec::new();
+        let mut reporting = Vec::new();
+        for (o, m) in self.entries.range(position..) {
+            match m {
+                Mark::Waiting => {}
+                Mark::Finished => finished.push(*o),
+                Mark::Started(attempt) => started.push(StartedOffset {
+                    offset: *o,
+                    attempt: *attempt,
+                }),
+                Mark::Reporting(r) => reporting.push((**r).clone()),
+            }
+        }
+        Some((position, finished, started, reporting))
     }
 }
 
-/// Unfinished offsets of every assigned partition.
-#[derive(Debug, Default)]
+/// One partition's record to commit.
+#[derive(Debug, Clone)]
+pub struct CommitItem {
+    pub tp: TopicPartition,
+    pub epoch: Epoch,
+    pub version: u64,
+    pub record: ProgressRecord,
+}
+
+/// Progress of every assigned partition.
+#[derive(Debug)]
 pub struct OffsetTracker {
     partitions: HashMap<TopicPartition, PartitionState>,
     next_epoch: Epoch,
+    hand_back: CancellationToken,
+    abandon: CancellationToken,
+}
+
+impl Default for OffsetTracker {
+    fn default() -> Self {
+        Self::new(CancellationToken::new(), CancellationToken::new())
+    }
 }
 
 impl OffsetTracker {
-    pub fn new() -> Self {
-        Self::default()
+    /// Partition tokens are children of `hand_back` (revoking) and `abandon` (dropped).
+    pub fn new(hand_back: CancellationToken, abandon: CancellationToken) -> Self {
+        Self {
+            partitions: HashMap::new(),
+            next_epoch: 0,
+            hand_back,
+            abandon,
+        }
     }
 
-    /// The partition is now assigned to this consumer: start it afresh. Returns its epoch.
-    pub fn assign(&mut self, tp: TopicPartition) -> Epoch {
+    /// The partition is now assigned to this consumer, whose group had committed `committed`
+    /// and recorded `record` for it. Returns its epoch.
+    pub fn assign(
+        &mut self,
+        tp: TopicPartition,
+        committed: Option<i64>,
+        record: Option<&ProgressRecord>,
+    ) -> Epoch {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
-        self.partitions.insert(
-            tp,
-            PartitionState {
-                epoch,
-                unfinished: BTreeSet::new(),
-                highest_seen: None,
-                committed: None,
+        // The record is written before the offset is committed: it may be ahead.
+        let base = match (committed, record.map(|r| r.position)) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let mut entries = BTreeMap::new();
+        if let (Some(r), Some(base)) = (record, base) {
+            for o in r.finished.iter().filter(|o| **o >= base) {
+                entries.insert(*o, Mark::Finished);
+            }
+            for s in r.started.iter().filter(|s| s.offset >= base) {
+                entries.insert(s.offset, Mark::Started(s.attempt));
+            }
+            for rep in r.reporting.iter().filter(|r| r.offset >= base) {
+                entries.insert(rep.offset, Mark::Reporting(Box::new(rep.clone())));
+            }
+        }
+        let mut state = PartitionState {
+            epoch,
+            tokens: PartitionTokens {
+                revoking: self.hand_back.child_token(),
+                dropped: self.abandon.child_token(),
             },
-        );
+            base,
+            entries,
+            highest_seen: None,
+            active: 0,
+            version: 0,
+            durable: 0,
+            committed: None,
+        };
+        state.committed = state.snapshot();
+        self.partitions.insert(tp, state);
         epoch
     }
 
-    /// The partition is taken away. Returns the position to commit before letting it go, if it
-    /// advanced past what was committed. Runs still in flight for it can no longer finish
-    /// anything here.
-    pub fn revoke(&mut self, tp: &TopicPartition) -> Option<i64> {
-        let state = self.partitions.remove(tp)?;
-        let position = state.position()?;
-        (state.committed != Some(position)).then_some(position)
+    /// A message at `offset` was taken from the partition. `None` when the partition is not
+    /// assigned (the message must then be left alone: its owner will process it). The caller
+    /// must call [`end`](Self::end) once the offset's task is over.
+    pub fn begin(&mut self, tp: &TopicPartition, offset: i64) -> Option<Begun> {
+        let state = self.partitions.get_mut(tp)?;
+        state.highest_seen = Some(state.highest_seen.map_or(offset, |h| h.max(offset)));
+        state.active += 1;
+        let prior = if state.base.is_some_and(|b| offset < b) {
+            Prior::Finished
+        } else {
+            match state.entries.get(&offset) {
+                None | Some(Mark::Waiting) => {
+                    state.entries.insert(offset, Mark::Waiting);
+                    Prior::Fresh
+                }
+                Some(Mark::Finished) => Prior::Finished,
+                Some(Mark::Started(attempt)) => Prior::Started { attempt: *attempt },
+                Some(Mark::Reporting(r)) => Prior::Reporting(r.clone()),
+            }
+        };
+        state.prune();
+        Some(Begun {
+            epoch: state.epoch,
+            prior,
+            tokens: state.tokens.clone(),
+        })
     }
 
-    /// A message at `offset` was taken from the partition. Returns the epoch to pass to
-    /// [`finish`](Self::finish), or `None` when the partition is not assigned (the message must
-    /// then be left alone: its owner will process it).
-    pub fn begin(&mut self, tp: &TopicPartition, offset: i64) -> Option<Epoch> {
-        let state = self.partitions.get_mut(tp)?;
-        state.unfinished.insert(offset);
-        state.highest_seen = Some(state.highest_seen.map_or(offset, |h| h.max(offset)));
-        Some(state.epoch)
+    fn live(&mut self, tp: &TopicPartition, epoch: Epoch) -> Option<&mut PartitionState> {
+        self.partitions.get_mut(tp).filter(|s| s.epoch == epoch)
+    }
+
+    /// The run at `offset` is about to start with `attempt`. Returns the version that must be
+    /// durable before it does, or `None` if the partition was revoked.
+    pub fn start(
+        &mut self,
+        tp: &TopicPartition,
+        offset: i64,
+        epoch: Epoch,
+        attempt: u32,
+    ) -> Option<u64> {
+        let state = self.live(tp, epoch)?;
+        state.entries.insert(offset, Mark::Started(attempt));
+        state.version += 1;
+        Some(state.version)
+    }
+
+    /// The result of the run at `offset` is about to be published. Returns the version that
+    /// must be durable before it is, or `None` if the partition was revoked.
+    pub fn report(
+        &mut self,
+        tp: &TopicPartition,
+        epoch: Epoch,
+        report: ReportingOffset,
+    ) -> Option<u64> {
+        let state = self.live(tp, epoch)?;
+        state
+            .entries
+            .insert(report.offset, Mark::Reporting(Box::new(report)));
+        state.version += 1;
+        Some(state.version)
+    }
+
+    /// Whether `version` of the partition reached the broker.
+    pub fn durability(&self, tp: &TopicPartition, epoch: Epoch, version: u64) -> Durability {
+        match self.partitions.get(tp) {
+            Some(s) if s.epoch == epoch && s.durable >= version => Durability::Durable,
+            Some(s) if s.epoch == epoch => Durability::Pending,
+            _ => Durability::Gone,
+        }
     }
 
     /// The message at `offset` is completely handled (result delivered, DLQ record delivered,
     /// or skipped). Ignored when the partition was revoked since `begin`.
     pub fn finish(&mut self, tp: &TopicPartition, offset: i64, epoch: Epoch) {
-        if let Some(state) = self.partitions.get_mut(tp) {
-            if state.epoch == epoch {
-                state.unfinished.remove(&offset);
+        if let Some(state) = self.live(tp, epoch) {
+            if state.base.is_none_or(|b| offset >= b) {
+                state.entries.insert(offset, Mark::Finished);
+            }
+            state.prune();
+        }
+    }
+
+    /// The task of an offset taken with `begin` is over (finished or handed back).
+    pub fn end(&mut self, tp: &TopicPartition, epoch: Epoch) {
+        if let Some(state) = self.live(tp, epoch) {
+            state.active = state.active.saturating_sub(1);
+        }
+    }
+
+    /// Offsets of these partitions whose task has not ended.
+    pub fn active(&self, tps: &[TopicPartition]) -> usize {
+        tps.iter()
+            .filter_map(|tp| self.partitions.get(tp))
+            .map(|s| s.active)
+            .sum()
+    }
+
+    /// The partitions are being revoked: their runs that have not started are handed back.
+    pub fn start_revoking(&mut self, tps: &[TopicPartition]) {
+        for tp in tps {
+            if let Some(s) = self.partitions.get(tp) {
+                s.tokens.revoking.cancel();
             }
         }
     }
 
-    /// The position a commit may record for the partition: the lowest unfinished offset, or the
-    /// highest seen + 1 when all are finished; `None` before the first message.
+    /// The partition is taken away: its runs still executing are abandoned. Returns what to
+    /// commit before letting it go, if anything changed since the last commit.
+    pub fn revoke(
+        &mut self,
+        tp: &TopicPartition,
+        worker: &WorkerId,
+        group: &str,
+    ) -> Option<CommitItem> {
+        let item = self.item(tp, worker, group, false);
+        if let Some(state) = self.partitions.remove(tp) {
+            state.tokens.revoking.cancel();
+            state.tokens.dropped.cancel();
+        }
+        item
+    }
+
+    /// How many offsets of the partition are not finished.
+    pub fn unfinished(&self, tp: &TopicPartition) -> usize {
+        self.partitions.get(tp).map_or(0, |s| {
+            s.entries.values().filter(|m| **m != Mark::Finished).count()
+        })
+    }
+
+    /// The position a commit records for the partition: the lowest unfinished offset, or the
+    /// highest seen + 1 when all are finished; `None` before anything is known.
     #[cfg(test)]
     pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
         self.partitions.get(tp)?.position()
     }
 
-    /// How many offsets of the partition are unfinished.
-    pub fn unfinished(&self, tp: &TopicPartition) -> usize {
-        self.partitions.get(tp).map_or(0, |s| s.unfinished.len())
+    fn item(
+        &self,
+        tp: &TopicPartition,
+        worker: &WorkerId,
+        group: &str,
+        force: bool,
+    ) -> Option<CommitItem> {
+        let s = self.partitions.get(tp)?;
+        let snap = s.snapshot()?;
+        if !force && s.committed.as_ref() == Some(&snap) {
+            return None;
+        }
+        let (position, finished, started, reporting) = snap;
+        Some(CommitItem {
+            tp: tp.clone(),
+            epoch: s.epoch,
+            version: s.version,
+            record: ProgressRecord {
+                group: group.to_owned(),
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                position,
+                finished,
+                started,
+                reporting,
+                worker_id: worker.clone(),
+                written_at: Utc::now(),
+            },
+        })
     }
 
-    /// Positions that moved since they were last committed, sorted.
-    pub fn to_commit(&self) -> Vec<(TopicPartition, i64)> {
-        let mut out: Vec<_> = self
-            .partitions
-            .iter()
-            .filter_map(|(tp, s)| {
-                let p = s.position()?;
-                (s.committed != Some(p)).then(|| (tp.clone(), p))
-            })
-            .collect();
-        out.sort();
-        out
+    /// Records that changed since they were last committed (all with `force`), sorted.
+    pub fn to_commit(&self, worker: &WorkerId, group: &str, force: bool) -> Vec<CommitItem> {
+        let mut tps: Vec<&TopicPartition> = self.partitions.keys().collect();
+        tps.sort();
+        tps.into_iter()
+            .filter_map(|tp| self.item(tp, worker, group, force))
+            .collect()
     }
 
-    /// Every known position, committed or not (for the final commit on shutdown), sorted.
-    pub fn positions(&self) -> Vec<(TopicPartition, i64)> {
-        let mut out: Vec<_> = self
-            .partitions
-            .iter()
-            .filter_map(|(tp, s)| Some((tp.clone(), s.position()?)))
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// Record that these positions were committed (or handed to an asynchronous commit).
-    pub fn mark_committed(&mut self, positions: &[(TopicPartition, i64)]) {
-        for (tp, p) in positions {
-            if let Some(s) = self.partitions.get_mut(tp) {
-                s.committed = Some(*p);
+    /// These records reached the broker.
+    pub fn mark_committed(&mut self, items: &[CommitItem]) {
+        for it in items {
+            if let Some(s) = self.live(&it.tp, it.epoch) {
+                s.durable = s.durable.max(it.version);
+                let r = &it.record;
+                s.committed = Some((
+                    r.position,
+                    r.finished.clone(),
+                    r.started.clone(),
+                    r.reporting.clone(),
+                ));
             }
         }
     }
 
-    /// An asynchronous commit failed: forget what was committed so the next round commits every
-    /// position again.
+    /// A commit failed: commit every record again next round.
     pub fn forget_committed(&mut self) {
         for s in self.partitions.values_mut() {
             s.committed = None;
@@ -169,21 +449,58 @@ impl OffsetTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cadenza_schemas::{JobId, RunStatus, TriggerId};
+    use chrono::DateTime;
 
     fn tp(p: i32) -> TopicPartition {
         TopicPartition::new("t", p)
     }
 
+    fn w() -> WorkerId {
+        WorkerId("w".into())
+    }
+
+    fn fresh(t: &mut OffsetTracker, p: i32, o: i64) -> Epoch {
+        let b = t.begin(&tp(p), o).unwrap();
+        assert_eq!(b.prior, Prior::Fresh, "offset {o}");
+        b.epoch
+    }
+
+    fn reporting(offset: i64) -> ReportingOffset {
+        ReportingOffset {
+            offset,
+            trigger_id: TriggerId(100 + offset),
+            job_id: JobId(1),
+            worker_id: w(),
+            attempt: 1,
+            status: RunStatus::Succeeded,
+            started_at: None,
+            finished_at: DateTime::UNIX_EPOCH,
+            message: None,
+            retry_requested: false,
+        }
+    }
+
+    /// Commit everything and return the partition's record.
+    fn commit(t: &mut OffsetTracker, p: i32) -> ProgressRecord {
+        let items = t.to_commit(&w(), "g", false);
+        t.mark_committed(&items);
+        items
+            .into_iter()
+            .find(|i| i.tp == tp(p))
+            .map(|i| i.record)
+            .unwrap()
+    }
+
     #[test]
     fn position_is_lowest_unfinished_then_last_plus_one() {
-        let mut t = OffsetTracker::new();
-        let e = t.assign(tp(0));
+        let mut t = OffsetTracker::default();
+        let e = t.assign(tp(0), None, None);
         assert_eq!(t.position(&tp(0)), None);
         for o in 10..15 {
-            assert_eq!(t.begin(&tp(0), o), Some(e));
+            assert_eq!(fresh(&mut t, 0, o), e);
         }
         assert_eq!(t.position(&tp(0)), Some(10));
-        // Out of order: 12 and 11 finish, 10 still runs.
         t.finish(&tp(0), 12, e);
         t.finish(&tp(0), 11, e);
         assert_eq!(t.position(&tp(0)), Some(10));
@@ -197,63 +514,150 @@ mod tests {
     }
 
     #[test]
-    fn to_commit_only_reports_moved_positions() {
-        let mut t = OffsetTracker::new();
-        let e0 = t.assign(tp(0));
-        let e1 = t.assign(tp(1));
-        t.begin(&tp(0), 0);
-        t.begin(&tp(1), 7);
-        assert_eq!(t.to_commit(), vec![(tp(0), 0), (tp(1), 7)]);
-        let c = t.to_commit();
-        t.mark_committed(&c);
-        assert!(t.to_commit().is_empty());
-        t.finish(&tp(0), 0, e0);
-        assert_eq!(t.to_commit(), vec![(tp(0), 1)]);
-        t.mark_committed(&t.to_commit());
-        assert!(t.to_commit().is_empty());
-        // A failed async commit makes everything eligible again.
+    fn the_record_lists_finished_above_the_position_and_started_runs() {
+        let mut t = OffsetTracker::default();
+        let e = t.assign(tp(0), Some(10), None);
+        for o in 10..14 {
+            fresh(&mut t, 0, o);
+        }
+        let v = t.start(&tp(0), 10, e, 1).unwrap();
+        assert_eq!(t.durability(&tp(0), e, v), Durability::Pending);
+        t.start(&tp(0), 12, e, 2).unwrap();
+        t.finish(&tp(0), 11, e);
+        t.finish(&tp(0), 13, e);
+        let r = commit(&mut t, 0);
+        assert_eq!(t.durability(&tp(0), e, v), Durability::Durable);
+        assert_eq!(r.position, 10);
+        assert_eq!(r.finished, vec![11, 13]);
+        assert_eq!(
+            r.started,
+            vec![
+                StartedOffset {
+                    offset: 10,
+                    attempt: 1
+                },
+                StartedOffset {
+                    offset: 12,
+                    attempt: 2
+                }
+            ]
+        );
+        // Nothing changed: nothing to commit.
+        assert!(t.to_commit(&w(), "g", false).is_empty());
+        assert_eq!(t.to_commit(&w(), "g", true).len(), 1);
+        // A failed commit makes it eligible again.
         t.forget_committed();
-        assert_eq!(t.to_commit(), vec![(tp(0), 1), (tp(1), 7)]);
-        t.finish(&tp(1), 7, e1);
-        assert_eq!(t.positions(), vec![(tp(0), 1), (tp(1), 8)]);
+        assert_eq!(t.to_commit(&w(), "g", false).len(), 1);
+    }
+
+    #[test]
+    fn the_next_owner_skips_finished_reruns_started_and_republishes_reporting() {
+        let mut a = OffsetTracker::default();
+        let e = a.assign(tp(0), None, None);
+        for o in 0..6 {
+            fresh(&mut a, 0, o);
+        }
+        a.start(&tp(0), 0, e, 1);
+        a.start(&tp(0), 1, e, 3);
+        a.finish(&tp(0), 2, e);
+        a.report(&tp(0), e, reporting(3));
+        // 4 waits (never started), 5 finished.
+        a.finish(&tp(0), 5, e);
+        let record = commit(&mut a, 0);
+        assert_eq!(record.position, 0);
+
+        // The worker dies; the next owner gets the partition from the committed offset 0.
+        let mut b = OffsetTracker::default();
+        let e2 = b.assign(tp(0), Some(0), Some(&record));
+        let prior = |b: &mut OffsetTracker, o| b.begin(&tp(0), o).unwrap().prior;
+        assert_eq!(prior(&mut b, 0), Prior::Started { attempt: 1 });
+        assert_eq!(prior(&mut b, 1), Prior::Started { attempt: 3 });
+        assert_eq!(prior(&mut b, 2), Prior::Finished);
+        assert_eq!(prior(&mut b, 3), Prior::Reporting(Box::new(reporting(3))));
+        assert_eq!(prior(&mut b, 4), Prior::Fresh);
+        assert_eq!(prior(&mut b, 5), Prior::Finished);
+        assert_eq!(prior(&mut b, 6), Prior::Fresh);
+        // Until the new owner starts them, the inherited marks stay in its records.
+        let r = b.to_commit(&w(), "g", true)[0].record.clone();
+        assert_eq!(r.finished, vec![2, 5]);
+        assert_eq!(r.started.len(), 2);
+        assert_eq!(r.reporting, vec![reporting(3)]);
+        b.start(&tp(0), 0, e2, 2);
+        let r = commit(&mut b, 0);
+        assert_eq!(r.started[0].attempt, 2);
+    }
+
+    #[test]
+    fn a_record_ahead_of_the_committed_offset_wins() {
+        // The record was written, the worker died before committing the offset.
+        let record = ProgressRecord {
+            group: "g".into(),
+            topic: "t".into(),
+            partition: 0,
+            position: 8,
+            finished: vec![9],
+            started: vec![],
+            reporting: vec![],
+            worker_id: w(),
+            written_at: DateTime::UNIX_EPOCH,
+        };
+        let mut t = OffsetTracker::default();
+        t.assign(tp(0), Some(5), Some(&record));
+        for o in 5..8 {
+            assert_eq!(t.begin(&tp(0), o).unwrap().prior, Prior::Finished);
+        }
+        assert_eq!(t.begin(&tp(0), 8).unwrap().prior, Prior::Fresh);
+        assert_eq!(t.begin(&tp(0), 9).unwrap().prior, Prior::Finished);
     }
 
     #[test]
     fn unassigned_partitions_are_left_alone() {
-        let mut t = OffsetTracker::new();
-        assert_eq!(t.begin(&tp(3), 1), None);
+        let mut t = OffsetTracker::default();
+        assert!(t.begin(&tp(3), 1).is_none());
         t.finish(&tp(3), 1, 1);
-        assert!(t.to_commit().is_empty());
-        assert_eq!(t.position(&tp(3)), None);
+        assert!(t.start(&tp(3), 1, 1, 1).is_none());
+        assert!(t.to_commit(&w(), "g", false).is_empty());
+        assert_eq!(t.durability(&tp(3), 1, 0), Durability::Gone);
     }
 
     #[test]
-    fn revoke_returns_final_position_and_stale_epochs_cannot_finish() {
-        let mut t = OffsetTracker::new();
-        let old = t.assign(tp(0));
-        t.begin(&tp(0), 5);
-        t.begin(&tp(0), 6);
+    fn revoke_returns_the_final_record_and_stale_epochs_cannot_finish() {
+        let mut t = OffsetTracker::default();
+        let old = t.assign(tp(0), None, None);
+        let tokens = t.begin(&tp(0), 5).unwrap().tokens;
+        fresh(&mut t, 0, 6);
         t.finish(&tp(0), 5, old);
-        assert_eq!(t.revoke(&tp(0)), Some(6));
-        assert_eq!(t.revoke(&tp(0)), None);
+        assert_eq!(t.active(&[tp(0)]), 2);
+        t.end(&tp(0), old);
+        assert_eq!(t.active(&[tp(0)]), 1);
+        t.start_revoking(&[tp(0)]);
+        assert!(tokens.revoking.is_cancelled() && !tokens.dropped.is_cancelled());
+        let item = t.revoke(&tp(0), &w(), "g").unwrap();
+        assert_eq!(item.record.position, 6);
+        assert!(tokens.dropped.is_cancelled());
+        assert!(t.revoke(&tp(0), &w(), "g").is_none());
         // The partition comes back and offset 6 is delivered again.
-        let new = t.assign(tp(0));
+        let new = t.assign(tp(0), Some(6), None);
         assert_ne!(old, new);
-        t.begin(&tp(0), 6);
+        fresh(&mut t, 0, 6);
         // The run from the old assignment finishing must not mark the redelivered copy done.
         t.finish(&tp(0), 6, old);
         assert_eq!(t.position(&tp(0)), Some(6));
+        assert_eq!(t.durability(&tp(0), old, 0), Durability::Gone);
         t.finish(&tp(0), 6, new);
         assert_eq!(t.position(&tp(0)), Some(7));
     }
 
     #[test]
-    fn revoke_of_committed_position_needs_no_commit() {
-        let mut t = OffsetTracker::new();
-        let e = t.assign(tp(0));
-        t.begin(&tp(0), 1);
-        t.finish(&tp(0), 1, e);
-        t.mark_committed(&t.to_commit());
-        assert_eq!(t.revoke(&tp(0)), None);
+    fn stopping_cancels_every_partitions_tokens() {
+        let hand_back = CancellationToken::new();
+        let abandon = CancellationToken::new();
+        let mut t = OffsetTracker::new(hand_back.clone(), abandon.clone());
+        t.assign(tp(0), None, None);
+        let tokens = t.begin(&tp(0), 0).unwrap().tokens;
+        hand_back.cancel();
+        assert!(tokens.revoking.is_cancelled() && !tokens.dropped.is_cancelled());
+        abandon.cancel();
+        assert!(tokens.dropped.is_cancelled());
     }
 }

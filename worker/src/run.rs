@@ -2,41 +2,81 @@
 //!
 //! 1. the lane admits it (or discards it: `discard_later`) — synchronously, in consumption order;
 //! 2. it waits for its lane's turn, then for a capacity permit (a `cover_early` trigger may cancel
-//!    it meanwhile; a stopping worker hands it back unstarted);
-//! 3. `started` is published and the handler runs (timeout, cancellation, panics: see
-//!    [`execute`]);
-//! 4. `finished` is published and its delivery awaited (retried until delivered or the worker gives
-//!    up at the end of the drain);
+//!    it meanwhile; a revoked partition or a stopping worker hands it back unstarted);
+//! 3. its `started` mark is made durable (see `offsets`), then `started` is published and the
+//!    handler runs (timeout, cancellation, panics: see [`execute`]); its log lines are shipped
+//!    in bounded batches while it runs (`log` events);
+//! 4. its `reporting` mark (with the verdict) is made durable, then `finished` is published and
+//!    its delivery awaited (retried until delivered or the run is abandoned);
 //! 5. only then is the offset marked finished in the tracker, which the committer commits.
 //!
-//! A run that is handed back (shutdown before it started, or still running when the drain timed
-//! out) publishes no `finished` event and never finishes its offset: the partition's next owner
-//! runs it again.
+//! A run that is handed back (before it started, or still running when the drain or the revoke
+//! timeout ran out) publishes no `finished` event and never finishes its offset: the partition's
+//! next owner runs it again, with `attempt + 1` if it had started.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cadenza_schemas::{ResultEvent, RunFinished, RunStarted, RunStatus, TriggerMessage, WorkerId};
+use cadenza_schemas::{
+    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus, TriggerId,
+    TriggerMessage, WorkerId,
+};
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::consumer::ProgressSignal;
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
 use crate::lane::{Admission, Lanes, Turn};
 use crate::lock;
-use crate::offsets::{Epoch, OffsetTracker, TopicPartition};
+use crate::offsets::{Begun, Durability, Epoch, OffsetTracker, PartitionTokens, TopicPartition};
 use crate::results::ResultSink;
 
-/// Where a trigger came from, and what finishing it means for the offset tracker.
-#[derive(Debug, Clone)]
+/// How often a running run's new log lines are shipped.
+pub(crate) const LOG_SHIP_INTERVAL: Duration = Duration::from_millis(500);
+/// Most bytes of log lines in one `log` event (so at most this much per interval and run).
+pub(crate) const LOG_SHIP_MAX_BYTES: usize = 16 * 1024;
+/// Most bytes of a message kept in a progress record.
+const REPORT_MESSAGE_MAX: usize = 1024;
+
+/// Where a trigger came from, and what finishing it means for the offset tracker. Dropping it
+/// tells the tracker the offset's task is over.
+#[derive(Debug)]
 pub(crate) struct Delivery {
     pub tp: TopicPartition,
     pub offset: i64,
     pub epoch: Epoch,
+    pub tokens: PartitionTokens,
     /// The W3C trace context of the trigger, forwarded on the result events.
     pub traceparent: Option<String>,
+    offsets: Arc<Mutex<OffsetTracker>>,
+}
+
+impl Delivery {
+    pub(crate) fn new(
+        offsets: &Arc<Mutex<OffsetTracker>>,
+        tp: TopicPartition,
+        offset: i64,
+        begun: &Begun,
+        traceparent: Option<String>,
+    ) -> Self {
+        Self {
+            tp,
+            offset,
+            epoch: begun.epoch,
+            tokens: begun.tokens.clone(),
+            traceparent,
+            offsets: Arc::clone(offsets),
+        }
+    }
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        lock(&self.offsets).end(&self.tp, self.epoch);
+    }
 }
 
 /// Counts triggers taken from Kafka and not finished, so the consumer can pause when too many
@@ -115,14 +155,16 @@ pub(crate) struct RunEnv {
     pub group: String,
     pub results: Arc<dyn ResultSink>,
     pub offsets: Arc<Mutex<OffsetTracker>>,
+    pub progress: Arc<ProgressSignal>,
     pub lanes: Arc<Lanes>,
     /// Bounds concurrent handler executions across jobs.
     pub capacity: Arc<Semaphore>,
     pub in_flight: InFlight,
     /// Cancelled when the worker stops taking triggers: runs that have not started are handed
-    /// back.
+    /// back. Parent of every partition's `revoking` token.
     pub hand_back: CancellationToken,
-    /// Cancelled when the drain timed out: running runs are abandoned unreported.
+    /// Cancelled when the drain timed out: running runs are abandoned unreported. Parent of
+    /// every partition's `dropped` token.
     pub abandon: CancellationToken,
     pub run_log_limit: usize,
     pub cancel_grace: Duration,
@@ -135,6 +177,7 @@ pub(crate) struct RunEnv {
 struct Verdict {
     status: RunStatus,
     message: Option<String>,
+    retry_requested: bool,
 }
 
 impl Verdict {
@@ -142,11 +185,12 @@ impl Verdict {
         Self {
             status,
             message: Some(message.into()),
+            retry_requested: false,
         }
     }
 }
 
-fn cancelled_verdict(covered_by: Option<cadenza_schemas::TriggerId>) -> Verdict {
+fn cancelled_verdict(covered_by: Option<TriggerId>) -> Verdict {
     match covered_by {
         Some(id) => Verdict::new(
             RunStatus::Cancelled,
@@ -156,8 +200,25 @@ fn cancelled_verdict(covered_by: Option<cadenza_schemas::TriggerId>) -> Verdict 
     }
 }
 
+fn clip_front(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A run's identity in the events it publishes.
+struct RunIds<'a> {
+    trigger: &'a TriggerMessage,
+    attempt: u32,
+}
 
 impl RunEnv {
     /// Take a trigger: the lane decides now (consumption order), the run proceeds on its own task.
@@ -165,6 +226,7 @@ impl RunEnv {
         self: &Arc<Self>,
         delivery: Delivery,
         trigger: TriggerMessage,
+        attempt: u32,
         handler: Arc<dyn Handler>,
     ) {
         let guard = self.in_flight.enter();
@@ -173,7 +235,72 @@ impl RunEnv {
             .admit(trigger.job_id, trigger.trigger_id, trigger.block);
         let env = Arc::clone(self);
         self.tasks.spawn(async move {
-            env.run_trigger(delivery, trigger, handler, admission).await;
+            env.run_trigger(delivery, trigger, attempt, handler, admission)
+                .await;
+            drop(guard);
+        });
+    }
+
+    /// Record a trigger `failed` without running it (e.g. no handler for its job type).
+    pub(crate) fn reject(
+        self: &Arc<Self>,
+        delivery: Delivery,
+        trigger: TriggerMessage,
+        attempt: u32,
+        reason: String,
+    ) {
+        let guard = self.in_flight.enter();
+        let env = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let ids = RunIds {
+                trigger: &trigger,
+                attempt,
+            };
+            env.report(
+                &delivery,
+                &ids,
+                Verdict::new(RunStatus::Failed, reason),
+                None,
+                None,
+            )
+            .await;
+            drop(guard);
+        });
+    }
+
+    /// Publish again the result an earlier owner of the partition was publishing.
+    pub(crate) fn republish(self: &Arc<Self>, delivery: Delivery, r: ReportingOffset) {
+        let guard = self.in_flight.enter();
+        let env = Arc::clone(self);
+        self.tasks.spawn(async move {
+            let event = ResultEvent::Finished(RunFinished {
+                trigger_id: r.trigger_id,
+                job_id: r.job_id,
+                worker_id: r.worker_id.clone(),
+                group: env.group.clone(),
+                partition: delivery.tp.partition,
+                offset: delivery.offset,
+                attempt: r.attempt,
+                status: r.status,
+                started_at: r.started_at,
+                finished_at: r.finished_at,
+                message: r.message.clone(),
+                log: None,
+                retry_requested: r.retry_requested,
+            });
+            if env
+                .retry_until(
+                    &delivery.tokens.dropped,
+                    "publishing a finished event again",
+                    || {
+                        env.results
+                            .publish(event.clone(), delivery.traceparent.clone())
+                    },
+                )
+                .await
+            {
+                env.finish_offset(&delivery);
+            }
             drop(guard);
         });
     }
@@ -183,9 +310,37 @@ impl RunEnv {
         lock(&self.offsets).finish(&delivery.tp, delivery.offset, delivery.epoch);
     }
 
-    /// Run `attempt` until it succeeds or the worker abandons its work; waits with exponential
-    /// backoff between failures. Returns whether it succeeded.
-    pub(crate) async fn retry_until_abandoned<F, Fut, E>(&self, what: &str, mut attempt: F) -> bool
+    /// Wait until `version` of the delivery's partition is durable. False if the partition was
+    /// revoked or `stop` fired first.
+    async fn durable(&self, d: &Delivery, version: u64, stop: &CancellationToken) -> bool {
+        let mut committed = self.progress.committed.subscribe();
+        loop {
+            match lock(&self.offsets).durability(&d.tp, d.epoch, version) {
+                Durability::Durable => return true,
+                Durability::Gone => return false,
+                Durability::Pending => {}
+            }
+            self.progress.wake.notify_one();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                changed = committed.changed() => {
+                    if changed.is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Run `attempt` until it succeeds or `stop` fires; waits with exponential backoff between
+    /// failures. Returns whether it succeeded.
+    pub(crate) async fn retry_until<F, Fut, E>(
+        &self,
+        stop: &CancellationToken,
+        what: &str,
+        mut attempt: F,
+    ) -> bool
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<(), E>>,
@@ -195,7 +350,7 @@ impl RunEnv {
         loop {
             let result = tokio::select! {
                 biased;
-                _ = self.abandon.cancelled() => return false,
+                _ = stop.cancelled() => return false,
                 r = attempt() => r,
             };
             match result {
@@ -206,7 +361,7 @@ impl RunEnv {
             }
             tokio::select! {
                 biased;
-                _ = self.abandon.cancelled() => return false,
+                _ = stop.cancelled() => return false,
                 _ = tokio::time::sleep(backoff) => {}
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -219,6 +374,7 @@ impl RunEnv {
         fields(
             job_id = %trigger.job_id,
             trigger_id = %trigger.trigger_id,
+            attempt,
             partition = delivery.tp.partition,
             offset = delivery.offset,
             traceparent = delivery.traceparent.as_deref(),
@@ -228,9 +384,15 @@ impl RunEnv {
         &self,
         delivery: Delivery,
         trigger: TriggerMessage,
+        attempt: u32,
         handler: Arc<dyn Handler>,
         admission: Admission,
     ) {
+        let ids = RunIds {
+            trigger: &trigger,
+            attempt,
+        };
+        let revoking = delivery.tokens.revoking.clone();
         let mut slot = match admission {
             Admission::Discarded { busy } => {
                 let verdict = Verdict::new(
@@ -240,7 +402,7 @@ impl RunEnv {
                         trigger.job_id, self.worker_id
                     ),
                 );
-                self.report(&delivery, &trigger, verdict, None, None).await;
+                self.report(&delivery, &ids, verdict, None, None).await;
                 return;
             }
             Admission::Admitted(slot) => slot,
@@ -248,8 +410,8 @@ impl RunEnv {
 
         let turn = tokio::select! {
             biased;
-            _ = self.hand_back.cancelled() => {
-                tracing::info!("worker stopping: handing back a run that had not started");
+            _ = revoking.cancelled() => {
+                tracing::info!("handing back a run that had not started (partition revoked or worker stopping)");
                 return;
             }
             t = slot.wait_turn() => t,
@@ -257,19 +419,19 @@ impl RunEnv {
         if turn == Turn::Cancelled {
             let verdict = cancelled_verdict(slot.covered_by());
             drop(slot);
-            self.report(&delivery, &trigger, verdict, None, None).await;
+            self.report(&delivery, &ids, verdict, None, None).await;
             return;
         }
         let permit = tokio::select! {
             biased;
-            _ = self.hand_back.cancelled() => {
-                tracing::info!("worker stopping: handing back a run that had not started");
+            _ = revoking.cancelled() => {
+                tracing::info!("handing back a run that had not started (partition revoked or worker stopping)");
                 return;
             }
             _ = slot.token().cancelled() => {
                 let verdict = cancelled_verdict(slot.covered_by());
                 drop(slot);
-                self.report(&delivery, &trigger, verdict, None, None).await;
+                self.report(&delivery, &ids, verdict, None, None).await;
                 return;
             }
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
@@ -279,30 +441,65 @@ impl RunEnv {
             },
         };
 
+        // The next owner must know this run may have started (→ attempt + 1) before it does.
+        let marked =
+            lock(&self.offsets).start(&delivery.tp, delivery.offset, delivery.epoch, attempt);
+        let durable = match marked {
+            Some(v) => self.durable(&delivery, v, &revoking).await,
+            None => false,
+        };
+        if !durable {
+            tracing::info!(
+                "handing back a run that had not started (partition revoked or worker stopping)"
+            );
+            return;
+        }
+
         let started_at = Utc::now();
-        // Redelivery detection is part of the offset-metadata work: until the commit metadata
-        // tells a redelivered trigger apart, the attempt is the one the admin wrote.
-        let started = self.results.publish(
-            ResultEvent::Started(RunStarted {
+        let started = ResultEvent::Started(RunStarted {
+            trigger_id: trigger.trigger_id,
+            job_id: trigger.job_id,
+            worker_id: self.worker_id.clone(),
+            group: self.group.clone(),
+            partition: delivery.tp.partition,
+            offset: delivery.offset,
+            attempt,
+            started_at,
+        });
+        tracing::debug!(job_type = %trigger.job_type, "run started");
+        let log = RunLog::new(self.run_log_limit);
+        // `started`, then the live log, from one task: they stay in order on the results
+        // partition, and `finished` is only produced once that task is over.
+        let stop_shipping = CancellationToken::new();
+        let shipper = tokio::spawn(ship(
+            Arc::clone(&self.results),
+            started,
+            RunLogLines {
                 trigger_id: trigger.trigger_id,
                 job_id: trigger.job_id,
                 worker_id: self.worker_id.clone(),
-                group: self.group.clone(),
-                partition: delivery.tp.partition,
-                offset: delivery.offset,
-                attempt: trigger.attempt,
-                started_at,
-            }),
+                attempt,
+                seq: 0,
+                lines: Vec::new(),
+            },
+            log.clone(),
             delivery.traceparent.clone(),
-        );
-        // Deliver `started` while the handler runs; `finished` is only produced once it is
-        // delivered, so the two stay in order on the results partition.
-        let started = tokio::spawn(started);
-        tracing::debug!(job_type = %trigger.job_type, attempt = trigger.attempt, "run started");
+            stop_shipping.clone(),
+        ));
 
-        let log = RunLog::new(self.run_log_limit);
-        let ctx = RunContext::new(&trigger, slot.token().child_token(), log.clone());
-        let execution = execute(handler, ctx, slot.token(), self.cancel_grace, &self.abandon).await;
+        let mut run_trigger = trigger.clone();
+        run_trigger.attempt = attempt;
+        let ctx = RunContext::new(&run_trigger, slot.token().child_token(), log.clone());
+        let execution = execute(
+            handler,
+            ctx,
+            slot.token(),
+            self.cancel_grace,
+            &delivery.tokens.dropped,
+        )
+        .await;
+        // Before the next run of the job may start: its start is after this run's end.
+        let ended_at = Utc::now();
         let covered_by = slot.covered_by();
         // The next run of the job and of the worker may start now.
         drop(permit);
@@ -310,20 +507,24 @@ impl RunEnv {
 
         let verdict = match execution {
             Execution::HandedBack => {
-                started.abort();
-                tracing::warn!("drain timed out: run handed back unfinished; it will run again");
+                shipper.abort();
+                tracing::warn!(
+                    "run abandoned unfinished (drain or revoke timeout); it will run again"
+                );
                 return;
             }
             Execution::Returned(Outcome::Success(message)) => Verdict {
                 status: RunStatus::Succeeded,
                 message,
+                retry_requested: false,
             },
             Execution::Returned(Outcome::Failure(message)) => {
                 Verdict::new(RunStatus::Failed, message)
             }
-            Execution::Returned(Outcome::Retry { message }) => {
-                Verdict::new(RunStatus::Failed, message)
-            }
+            Execution::Returned(Outcome::Retry { message }) => Verdict {
+                retry_requested: true,
+                ..Verdict::new(RunStatus::Failed, message)
+            },
             Execution::Panicked(message) => {
                 Verdict::new(RunStatus::Failed, format!("handler panicked: {message}"))
             }
@@ -333,31 +534,58 @@ impl RunEnv {
             ),
             Execution::Cancelled => cancelled_verdict(covered_by),
         };
-        match started.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "the started event was not delivered"),
-            Err(error) => tracing::warn!(%error, "the started event task failed"),
+        stop_shipping.cancel();
+        if let Err(error) = shipper.await {
+            tracing::warn!(%error, "the started/log task failed");
         }
-        self.report(
-            &delivery,
-            &trigger,
-            verdict,
-            Some(started_at),
-            log.contents(),
-        )
-        .await;
+        let times = Some((started_at, ended_at));
+        self.report(&delivery, &ids, verdict, times, log.contents())
+            .await;
     }
 
-    /// Publish `finished`, wait for its delivery, then finish the offset.
+    /// Make the verdict durable, publish `finished`, wait for its delivery, then finish the
+    /// offset.
     async fn report(
         &self,
         delivery: &Delivery,
-        trigger: &TriggerMessage,
+        ids: &RunIds<'_>,
         verdict: Verdict,
-        started_at: Option<DateTime<Utc>>,
+        times: Option<(DateTime<Utc>, DateTime<Utc>)>,
         log: Option<String>,
     ) {
         let status = verdict.status;
+        let (started_at, finished_at) = match times {
+            Some((s, f)) => (Some(s), f),
+            None => (None, Utc::now()),
+        };
+        let trigger = ids.trigger;
+        let marked = lock(&self.offsets).report(
+            &delivery.tp,
+            delivery.epoch,
+            ReportingOffset {
+                offset: delivery.offset,
+                trigger_id: trigger.trigger_id,
+                job_id: trigger.job_id,
+                worker_id: self.worker_id.clone(),
+                attempt: ids.attempt,
+                status,
+                started_at,
+                finished_at,
+                message: verdict
+                    .message
+                    .as_deref()
+                    .map(|m| clip_front(m, REPORT_MESSAGE_MAX)),
+                retry_requested: verdict.retry_requested,
+            },
+        );
+        let durable = match marked {
+            Some(v) => self.durable(delivery, v, &delivery.tokens.dropped).await,
+            None => false,
+        };
+        if !durable {
+            tracing::warn!(%status, "partition revoked before the result was recorded; its next owner runs the trigger again");
+            return;
+        }
         let event = ResultEvent::Finished(RunFinished {
             trigger_id: trigger.trigger_id,
             job_id: trigger.job_id,
@@ -365,24 +593,65 @@ impl RunEnv {
             group: self.group.clone(),
             partition: delivery.tp.partition,
             offset: delivery.offset,
-            attempt: trigger.attempt,
+            attempt: ids.attempt,
             status,
             started_at,
-            finished_at: Utc::now(),
+            finished_at,
             message: verdict.message,
             log,
+            retry_requested: verdict.retry_requested,
         });
         let delivered = self
-            .retry_until_abandoned("publishing the finished event", || {
-                self.results
-                    .publish(event.clone(), delivery.traceparent.clone())
-            })
+            .retry_until(
+                &delivery.tokens.dropped,
+                "publishing the finished event",
+                || {
+                    self.results
+                        .publish(event.clone(), delivery.traceparent.clone())
+                },
+            )
             .await;
         if delivered {
             self.finish_offset(delivery);
             tracing::info!(%status, "run finished");
         } else {
-            tracing::warn!(%status, "worker stopped before the finished event was delivered; the trigger will run again");
+            tracing::warn!(%status, "the finished event was not delivered before the partition went; its next owner publishes it again");
+        }
+    }
+}
+
+/// Publish `started`, then every [`LOG_SHIP_INTERVAL`] the log lines added since, at most
+/// [`LOG_SHIP_MAX_BYTES`] per event (the rest is skipped, with a note), until `stop`.
+async fn ship(
+    results: Arc<dyn ResultSink>,
+    started: ResultEvent,
+    mut batch: RunLogLines,
+    log: RunLog,
+    traceparent: Option<String>,
+    stop: CancellationToken,
+) {
+    if let Err(error) = results.publish(started, traceparent.clone()).await {
+        tracing::warn!(%error, "the started event was not delivered");
+    }
+    let mut next = 0;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(LOG_SHIP_INTERVAL) => {}
+        }
+        let (lines, after) = log.since(next, LOG_SHIP_MAX_BYTES);
+        if lines.is_empty() {
+            continue;
+        }
+        next = after;
+        batch.seq += 1;
+        batch.lines = lines;
+        if let Err(error) = results
+            .publish(ResultEvent::Log(batch.clone()), traceparent.clone())
+            .await
+        {
+            tracing::debug!(%error, "log lines not delivered (the finished event carries the log)");
         }
     }
 }
@@ -427,18 +696,37 @@ mod tests {
         fn new(capacity: usize) -> Self {
             let sink = Arc::new(Collect::default());
             let tp = TopicPartition::new("c.trigger.t.x", 0);
-            let mut tracker = OffsetTracker::new();
-            let epoch = tracker.assign(tp.clone());
+            let hand_back = CancellationToken::new();
+            let abandon = CancellationToken::new();
+            let mut tracker = OffsetTracker::new(hand_back.clone(), abandon.clone());
+            let epoch = tracker.assign(tp.clone(), None, None);
+            let offsets = Arc::new(Mutex::new(tracker));
+            let progress = Arc::new(ProgressSignal::default());
+            // Commits instantly whenever a run waits for a commit.
+            tokio::spawn({
+                let (offsets, progress) = (Arc::clone(&offsets), Arc::clone(&progress));
+                async move {
+                    loop {
+                        progress.wake.notified().await;
+                        let mut t = lock(&offsets);
+                        let items = t.to_commit(&WorkerId("w1".into()), "g", false);
+                        t.mark_committed(&items);
+                        drop(t);
+                        progress.bump();
+                    }
+                }
+            });
             let env = Arc::new(RunEnv {
                 worker_id: WorkerId("w1".into()),
                 group: "g".into(),
                 results: sink.clone(),
-                offsets: Arc::new(Mutex::new(tracker)),
+                offsets,
+                progress,
                 lanes: Arc::new(Lanes::default()),
                 capacity: Arc::new(Semaphore::new(capacity)),
                 in_flight: InFlight::new(1000),
-                hand_back: CancellationToken::new(),
-                abandon: CancellationToken::new(),
+                hand_back,
+                abandon,
                 run_log_limit: 1024,
                 cancel_grace: Duration::from_secs(1),
                 tasks: TaskTracker::new(),
@@ -459,18 +747,20 @@ mod tests {
             t.job_id = JobId(job);
             t.block = block;
             t.params = ms.to_string();
-            let offset = id;
-            lock(&self.env.offsets).begin(&self.tp, offset);
-            self.env.dispatch(
-                Delivery {
-                    tp: self.tp.clone(),
-                    offset,
-                    epoch: self.epoch,
-                    traceparent: None,
-                },
-                t,
-                Arc::new(sleeper()),
-            );
+            self.dispatch(id, t, Arc::new(sleeper()));
+        }
+
+        fn delivery(&self, offset: i64) -> Delivery {
+            let begun = lock(&self.env.offsets).begin(&self.tp, offset).unwrap();
+            assert_eq!(begun.epoch, self.epoch);
+            Delivery::new(&self.env.offsets, self.tp.clone(), offset, &begun, None)
+        }
+
+        /// Dispatch `t` at offset `offset` with `handler`.
+        fn dispatch(&self, offset: i64, t: TriggerMessage, handler: Arc<dyn Handler>) {
+            let attempt = t.attempt;
+            self.env
+                .dispatch(self.delivery(offset), t, attempt, handler);
         }
 
         async fn settle(&self) {
@@ -482,14 +772,16 @@ mod tests {
         fn timeline(&self) -> Vec<(i64, String, u128)> {
             lock(&self.sink.events)
                 .iter()
-                .map(|(at, e)| {
+                .filter_map(|(at, e)| {
                     let what = match e {
                         ResultEvent::Started(_) => "started".to_owned(),
                         ResultEvent::Finished(f) => f.status.to_string(),
+                        ResultEvent::Log(_) => return None,
                     };
-                    (e.trigger_id().0, what, (*at - self.t0).as_millis())
+                    Some((e.trigger_id().0, what, (*at - self.t0).as_millis()))
                 })
-                .collect()
+                .collect::<Vec<_>>()
+                .tap_sort()
         }
 
         fn finished(&self, id: i64) -> RunFinished {
@@ -521,10 +813,24 @@ mod tests {
         })
     }
 
+    /// Events at the same (virtual) instant may be published in any order: timelines are
+    /// compared sorted by time, then trigger id.
+    trait TapSort {
+        fn tap_sort(self) -> Self;
+    }
+
+    impl TapSort for Vec<(i64, String, u128)> {
+        fn tap_sort(mut self) -> Self {
+            self.sort_by_key(|e| (e.2, e.0));
+            self
+        }
+    }
+
     fn tl(v: &[(i64, &str, u128)]) -> Vec<(i64, String, u128)> {
         v.iter()
             .map(|(a, b, c)| (*a, (*b).to_owned(), *c))
-            .collect()
+            .collect::<Vec<_>>()
+            .tap_sort()
     }
 
     #[tokio::test(start_paused = true)]
@@ -579,11 +885,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         h.send(3, 7, BlockStrategy::CoverEarly, 0, 100);
         h.settle().await;
-        let mut timeline = h.timeline();
-        // Trigger 2 (waiting) and 1 (running) are both cancelled at 10 ms; their order is free.
-        timeline[1..3].sort();
         assert_eq!(
-            timeline,
+            h.timeline(),
             tl(&[
                 (1, "started", 0),
                 (1, "cancelled", 10),
@@ -636,14 +939,8 @@ mod tests {
         let h = Harness::new(8);
         let mut t = crate::testing::trigger(0);
         t.trigger_id = TriggerId(1);
-        lock(&h.env.offsets).begin(&h.tp, 1);
-        h.env.dispatch(
-            Delivery {
-                tp: h.tp.clone(),
-                offset: 1,
-                epoch: h.epoch,
-                traceparent: None,
-            },
+        h.dispatch(
+            1,
             t,
             Arc::new(handler_fn(|ctx: RunContext| async move {
                 ctx.log("about to panic");

@@ -1,10 +1,17 @@
--- Acquire or renew shards for $1 (the admin id) with TTL $2 ms, on the database clock.
--- A shard is taken when it is free or expired, and renewed when this admin still holds it;
--- every change of holder (or a re-take after expiry) increments the epoch.
-UPDATE scheduler_lease
-SET holder = $1,
-    epoch = CASE WHEN holder = $1 AND expires_at > now() THEN epoch ELSE epoch + 1 END,
+-- Take up to $3 shards that are free or expired (an expired shard of this admin too: it is
+-- re-taken with a new epoch). Returns each shard's new epoch and when the previous lease ended,
+-- so the new holder knows how long to wait before reading back what the old one may have sent.
+WITH pick AS (
+    SELECT shard, GREATEST(expires_at, 'epoch') AS previous_expiry
+    FROM scheduler_lease
+    WHERE holder IS NULL OR expires_at <= now()
+    ORDER BY shard
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE scheduler_lease l
+SET holder = $1, epoch = l.epoch + 1,
     expires_at = now() + make_interval(secs => $2::float8 / 1000.0)
-WHERE shard = ANY($3::int[])
-  AND ((holder = $1 AND expires_at > now()) OR holder IS NULL OR expires_at <= now())
-RETURNING shard, epoch
+FROM pick
+WHERE l.shard = pick.shard
+RETURNING l.shard, l.epoch, pick.previous_expiry, now() AS db_now

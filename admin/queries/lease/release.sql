@@ -1,4 +1,5 @@
--- Hand shards back at shutdown so another admin takes them at once.
+-- Hand shards back: they expire now, so another admin takes them at its next round (and waits
+-- the margin before reading back anything this admin might still have in flight).
 UPDATE scheduler_lease
-SET holder = NULL, expires_at = '-infinity'
+SET expires_at = LEAST(expires_at, now())
 WHERE holder = $1 AND shard = ANY($2::int[])

@@ -1,6 +1,7 @@
--- Record after delivery. A fast worker's `started` may already have moved the row on; keep it.
+-- Record after delivery, on the database clock. A fast worker's `started` may already have
+-- moved the row on; keep its status then.
 UPDATE triggers t
 SET status = CASE WHEN t.status = 'publishing' THEN 'published' ELSE t.status END,
-    partition = u.partition, "offset" = u.offset, published_at = u.published_at, updated_at = now()
-FROM UNNEST($1::bigint[], $2::int[], $3::bigint[], $4::timestamptz[]) AS u (id, partition, "offset", published_at)
+    partition = u.partition, "offset" = u.offset, published_at = now(), updated_at = now()
+FROM UNNEST($1::bigint[], $2::int[], $3::bigint[]) AS u (id, partition, "offset")
 WHERE t.id = u.id

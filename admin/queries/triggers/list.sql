@@ -1,5 +1,5 @@
 SELECT id, job_id, job_type, kind, status, fire_time, params, attempt, shard_index, shard_total,
-       route, requested_worker, routed_worker, partition, "offset", published_at, worker_id,
+       route, requested_worker, routed_worker, route_note, partition, "offset", published_at, worker_id,
        worker_group, started_at, finished_at, message, NULL::text AS log, created_at
 FROM triggers
 WHERE ($1::bigint IS NULL OR job_id = $1)

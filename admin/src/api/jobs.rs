@@ -298,17 +298,37 @@ pub async fn trigger(
             return Err(ApiError::invalid("worker", "must not be empty"));
         }
     }
-    let row: Option<(i64, bool)> = sqlx::query_as(sql!("triggers/insert_manual"))
+    let job = load(&state, &id.to_string()).await?;
+    let now = Utc::now();
+    // A named worker must be live and serve the job type; it runs the one run. Otherwise a
+    // `sharding_broadcast` job runs once per live worker.
+    let runs = match &req.worker {
+        Some(w) => {
+            state
+                .registry
+                .check_requested(w, &job.spec.job_type, now)
+                .map_err(|e| ApiError::invalid("worker", e))?;
+            1
+        }
+        None => state
+            .registry
+            .shard_total(job.spec.route, &job.spec.job_type, now),
+    };
+    let rows: Vec<(i64, bool)> = sqlx::query_as(sql!("triggers/insert_manual"))
         .bind(id)
         .bind(TriggerKind::Manual.as_str())
         .bind(&req.params)
         .bind(&req.worker)
-        .fetch_optional(&state.pool)
+        .bind(i32::try_from(runs).unwrap_or(i32::MAX))
+        .fetch_all(&state.pool)
         .await?;
-    let (trigger_id, _) = row.ok_or_else(|| ApiError::not_found("job", id))?;
-    tracing::info!(job_id = id, trigger_id, "manual trigger");
+    if rows.is_empty() {
+        return Err(ApiError::not_found("job", id));
+    }
+    let trigger_ids: Vec<i64> = rows.into_iter().map(|(t, _)| t).collect();
+    tracing::info!(job_id = id, ?trigger_ids, "manual trigger");
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "trigger_ids": [trigger_id] })),
+        Json(json!({ "trigger_ids": trigger_ids })),
     ))
 }

@@ -26,6 +26,8 @@ pub struct AppState {
     pub kafka: Arc<KafkaClients>,
     pub shard_count: u32,
     pub api_token: Option<String>,
+    /// Live workers, from their heartbeats.
+    pub registry: Arc<crate::route::registry::Registry>,
 }
 
 pub type Shared = State<Arc<AppState>>;

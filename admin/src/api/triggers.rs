@@ -29,6 +29,8 @@ pub struct Run {
     pub requested_worker: Option<String>,
     /// The worker the partition selector chose.
     pub routed_worker: Option<String>,
+    /// Why the run went where it went, when not by the strategy (e.g. no live worker).
+    pub route_note: Option<String>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
     pub published_at: Option<DateTime<Utc>>,

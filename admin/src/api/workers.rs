@@ -1,4 +1,5 @@
-//! `/api/workers`: live and recently dead workers.
+//! `/api/workers`: live and recently dead workers (seen within the last hour). `alive` follows
+//! the dead timeout (`CADENZA_WORKER_DEAD_MS`) that routing uses.
 
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -26,8 +27,12 @@ pub struct WorkerView {
 }
 
 pub async fn list(state: Shared) -> ApiResult<Json<Value>> {
+    let dead_after_ms = state.registry.dead_after().num_milliseconds();
     let workers: Vec<WorkerView> = sqlx::query_as(sql!("workers/list"))
+        .bind(dead_after_ms as f64)
         .fetch_all(&state.pool)
         .await?;
-    Ok(Json(json!({ "workers": workers })))
+    Ok(Json(
+        json!({ "workers": workers, "dead_after_ms": dead_after_ms }),
+    ))
 }

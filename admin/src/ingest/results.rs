@@ -1,9 +1,12 @@
-//! Run results: `started` and `finished` events from workers, applied to `triggers` in batches.
+//! Run results: `started`, `log` and `finished` events from workers, applied to `triggers` in
+//! batches. A `started` event of a later attempt (a redelivered run) replaces the earlier
+//! attempt's worker and start; `log` events append the live log of a running run, each batch
+//! once; `finished` sets the terminal status and the whole log.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{ResultEvent, RunFinished, RunStarted, TriggerKind};
+use cadenza_schemas::{ResultEvent, RunFinished, RunLogLines, RunStarted, TriggerKind};
 use chrono::{DateTime, Utc};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
@@ -47,21 +50,49 @@ pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx:
             _ => None,
         })
         .collect();
+    let logs: Vec<&RunLogLines> = events
+        .iter()
+        .filter_map(|e| match e {
+            ResultEvent::Log(l) => Some(l),
+            _ => None,
+        })
+        .collect();
     let mut tx = pool.begin().await?;
     if !started.is_empty() {
-        sqlx::query(sql!("ingest/run_started"))
-            .bind(started.iter().map(|s| s.trigger_id.0).collect::<Vec<_>>())
+        for query in [sql!("ingest/run_started"), sql!("ingest/run_restarted")] {
+            sqlx::query(query)
+                .bind(started.iter().map(|s| s.trigger_id.0).collect::<Vec<_>>())
+                .bind(
+                    started
+                        .iter()
+                        .map(|s| s.worker_id.0.clone())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(started.iter().map(|s| s.group.clone()).collect::<Vec<_>>())
+                .bind(started.iter().map(|s| s.partition).collect::<Vec<_>>())
+                .bind(started.iter().map(|s| s.offset).collect::<Vec<_>>())
+                .bind(started.iter().map(|s| s.attempt as i32).collect::<Vec<_>>())
+                .bind(started.iter().map(|s| s.started_at).collect::<Vec<_>>())
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    for layer in log_layers(&logs) {
+        sqlx::query(sql!("ingest/run_log"))
+            .bind(layer.iter().map(|l| l.trigger_id.0).collect::<Vec<_>>())
+            .bind(layer.iter().map(|l| l.attempt as i32).collect::<Vec<_>>())
             .bind(
-                started
+                layer
                     .iter()
-                    .map(|s| s.worker_id.0.clone())
+                    .map(|l| i64::try_from(l.seq).unwrap_or(i64::MAX))
                     .collect::<Vec<_>>(),
             )
-            .bind(started.iter().map(|s| s.group.clone()).collect::<Vec<_>>())
-            .bind(started.iter().map(|s| s.partition).collect::<Vec<_>>())
-            .bind(started.iter().map(|s| s.offset).collect::<Vec<_>>())
-            .bind(started.iter().map(|s| s.attempt as i32).collect::<Vec<_>>())
-            .bind(started.iter().map(|s| s.started_at).collect::<Vec<_>>())
+            .bind(
+                layer
+                    .iter()
+                    .map(|l| clip(Some(l.lines.join("\n")), MAX_LOG_BYTES).unwrap_or_default())
+                    .collect::<Vec<_>>(),
+            )
             .execute(&mut *tx)
             .await?;
     }
@@ -123,6 +154,29 @@ pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx:
     }
     tx.commit().await?;
     Ok(changed)
+}
+
+/// Log events split into statements holding at most one event per run, in `seq` order (an
+/// UPDATE applies only one row per target row).
+fn log_layers<'a>(logs: &[&'a RunLogLines]) -> Vec<Vec<&'a RunLogLines>> {
+    let mut sorted: Vec<&RunLogLines> = logs.to_vec();
+    sorted.sort_by_key(|l| (l.trigger_id, l.attempt, l.seq));
+    sorted.dedup_by_key(|l| (l.trigger_id, l.attempt, l.seq));
+    let mut layers: Vec<Vec<&RunLogLines>> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let id = sorted[i].trigger_id;
+        let mut k = 0;
+        while i < sorted.len() && sorted[i].trigger_id == id {
+            if layers.len() <= k {
+                layers.push(Vec::new());
+            }
+            layers[k].push(sorted[i]);
+            k += 1;
+            i += 1;
+        }
+    }
+    layers
 }
 
 /// Why an event is refused (it goes to the DLQ).
@@ -199,11 +253,45 @@ pub async fn run(
             tracing::debug!(error = %e, "commit failed; will commit with the next batch");
         }
     }
-    let _ = consumer.commit_consumer_state(CommitMode::Sync);
+    // Batches were committed as they were stored; a final synchronous commit can stall for the
+    // request timeout while the group rebalances, and re-applying events is harmless.
+    let _ = consumer.commit_consumer_state(CommitMode::Async);
 }
 
 #[cfg(test)]
 mod tests {
+    use cadenza_schemas::{JobId, RunLogLines, TriggerId, WorkerId};
+
+    fn log(id: i64, attempt: u32, seq: u64) -> RunLogLines {
+        RunLogLines {
+            trigger_id: TriggerId(id),
+            job_id: JobId(1),
+            worker_id: WorkerId("w".into()),
+            attempt,
+            seq,
+            lines: vec![format!("{id}/{attempt}/{seq}")],
+        }
+    }
+
+    #[test]
+    fn log_layers_hold_one_event_per_run_in_seq_order() {
+        let events = [
+            log(2, 1, 2),
+            log(1, 1, 1),
+            log(2, 1, 1),
+            log(2, 1, 2),
+            log(3, 1, 5),
+        ];
+        let refs: Vec<&RunLogLines> = events.iter().collect();
+        let layers = super::log_layers(&refs);
+        let ids = |l: &Vec<&RunLogLines>| -> Vec<(i64, u64)> {
+            l.iter().map(|e| (e.trigger_id.0, e.seq)).collect()
+        };
+        assert_eq!(layers.len(), 2);
+        assert_eq!(ids(&layers[0]), vec![(1, 1), (2, 1), (3, 5)]);
+        assert_eq!(ids(&layers[1]), vec![(2, 2)]);
+    }
+
     #[test]
     fn clip_keeps_the_tail() {
         assert_eq!(super::clip(Some("abcdef".into()), 3).unwrap(), "…def");

@@ -1,59 +1,190 @@
 //! The partition selector: maps a trigger to a partition of its job type's topic.
 //!
-//! Each strategy picks a worker, then one of that worker's partitions. Until the worker registry
-//! is available to the selector, every strategy spreads triggers over the topic's partitions in
-//! turn per job (`round` semantics), and the consumer group decides which worker owns each
-//! partition; the run record shows the worker that actually ran it.
+//! The candidates are the live workers ([`registry`]) that hold partitions of the job type's
+//! topic, sorted by worker id. The job's strategy picks one of them — a pure function of the
+//! job, the candidates and the job's [`history`] — and the run goes to one of that worker's
+//! partitions, taken in turn. Strategy families: [`ordered`] (`first`, `last`, `failover`,
+//! `busyover`), [`turn`] (`round`, `random`), [`hash`] (`consistent_hash`), [`usage`]
+//! (`least_frequently_used`, `least_recently_used`), [`broadcast`] (`sharding_broadcast`).
+//!
+//! A manual trigger that names a live worker goes to that worker. With no live worker the
+//! trigger goes to the partition its job id hashes to and waits there for a consumer; the run
+//! record then has no `routed_worker` and a `route_note` saying so. If the group rebalances
+//! between routing and consumption, the partition's new owner runs it: `worker_id` on the run
+//! shows who did.
+
+pub mod broadcast;
+pub mod hash;
+pub mod history;
+pub mod ordered;
+pub mod registry;
+pub mod turn;
+pub mod usage;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use cadenza_schemas::JobId;
+use cadenza_schemas::{JobId, RouteStrategy};
+use chrono::{DateTime, Utc};
 
 use crate::scheduler::PendingTrigger;
+use history::JobHistory;
+use registry::{Candidate, Registry};
+
+/// Histories kept at most; beyond, they are all dropped and start again.
+const MAX_HISTORIES: usize = 100_000;
+/// Hash rings cached at most (one per distinct set of candidates).
+const MAX_RINGS: usize = 256;
 
 /// Where a trigger goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub partition: i32,
-    /// The worker the strategy chose, when it chose one.
+    /// The worker the strategy chose; `None` when no worker serving the job type was live.
     pub worker: Option<String>,
 }
 
-/// Stateful selector (per-job counters for `round`).
+/// What a strategy knows about the run it routes.
+#[derive(Debug, Clone, Copy)]
+pub struct RunRef {
+    pub job_id: JobId,
+    pub route: RouteStrategy,
+    pub shard_index: u32,
+}
+
+/// Picks the index of the worker in `candidates` (non-empty, sorted by worker id) that
+/// `strategy` chooses. `random` is a uniformly random number (for `random`); `ring`, when
+/// given, is the hash ring of `candidates`.
+pub fn pick(
+    run: RunRef,
+    candidates: &[Candidate],
+    history: &JobHistory,
+    random: u64,
+    ring: Option<&hash::Ring>,
+) -> usize {
+    let i = match run.route {
+        RouteStrategy::First => ordered::first(candidates),
+        RouteStrategy::Last => ordered::last(candidates),
+        RouteStrategy::Round => turn::round(candidates, history),
+        RouteStrategy::Random => turn::random(candidates, random),
+        RouteStrategy::ConsistentHash => match ring {
+            Some(r) => r.lookup(run.job_id),
+            None => hash::consistent_hash(run.job_id, candidates),
+        },
+        RouteStrategy::LeastFrequentlyUsed => usage::least_frequently_used(candidates, history),
+        RouteStrategy::LeastRecentlyUsed => usage::least_recently_used(candidates, history),
+        RouteStrategy::Failover => ordered::failover(candidates),
+        RouteStrategy::Busyover => ordered::busyover(candidates),
+        RouteStrategy::ShardingBroadcast => {
+            broadcast::sharding_broadcast(candidates, run.shard_index)
+        }
+    };
+    i.min(candidates.len().saturating_sub(1))
+}
+
+/// The selector with its per-job histories.
 #[derive(Default)]
 pub struct Router {
-    round: Mutex<HashMap<JobId, u64>>,
+    histories: Mutex<HashMap<JobId, JobHistory>>,
+    rings: Mutex<HashMap<Vec<String>, Arc<hash::Ring>>>,
 }
 
 impl Router {
-    /// Picks the partition of `t` on a topic with `partitions` partitions.
-    pub fn select(&self, t: &PendingTrigger, partitions: i32) -> Route {
-        let partitions = partitions.max(1) as u64;
-        let mut round = self.round.lock().unwrap_or_else(|p| p.into_inner());
-        let counter = round
+    /// Picks the partition of `t` on its topic of `partitions` partitions, from the workers
+    /// live in `registry` now.
+    pub fn select(&self, t: &PendingTrigger, partitions: i32, registry: &Registry) -> Route {
+        let now = Utc::now();
+        let candidates = registry.candidates(&t.job_type, t.job_id, partitions, now);
+        self.select_among(t, partitions, &candidates, now, rand::random())
+    }
+
+    fn ring(&self, candidates: &[Candidate]) -> Arc<hash::Ring> {
+        let key: Vec<String> = candidates.iter().map(|c| c.worker_id.clone()).collect();
+        let mut rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = rings.get(&key) {
+            return r.clone();
+        }
+        if rings.len() >= MAX_RINGS {
+            rings.clear();
+        }
+        let ring = Arc::new(hash::Ring::new(key.iter().map(String::as_str)));
+        rings.insert(key, ring.clone());
+        ring
+    }
+
+    /// [`Self::select`] over given candidates (sorted by worker id).
+    pub fn select_among(
+        &self,
+        t: &PendingTrigger,
+        partitions: i32,
+        candidates: &[Candidate],
+        now: DateTime<Utc>,
+        random: u64,
+    ) -> Route {
+        if candidates.is_empty() {
+            return Route {
+                partition: hash::job_partition(t.job_id, partitions),
+                worker: None,
+            };
+        }
+        let ring = (t.route == RouteStrategy::ConsistentHash).then(|| self.ring(candidates));
+        let mut histories = self.histories.lock().unwrap_or_else(|p| p.into_inner());
+        if histories.len() >= MAX_HISTORIES && !histories.contains_key(&t.job_id) {
+            histories.clear();
+        }
+        let history = histories
             .entry(t.job_id)
-            // Start each job at its own offset so jobs do not all begin on partition 0.
-            .or_insert_with(|| (t.job_id.0 as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32);
-        let partition = (*counter % partitions) as i32;
-        *counter = counter.wrapping_add(1);
+            .or_insert_with(|| JobHistory::new(t.job_id));
+        history.roll_window(now);
+        let requested = t
+            .requested_worker
+            .as_deref()
+            .and_then(|w| candidates.iter().position(|c| c.worker_id == w));
+        let i = requested.unwrap_or_else(|| {
+            pick(
+                RunRef {
+                    job_id: t.job_id,
+                    route: t.route,
+                    shard_index: t.shard_index,
+                },
+                candidates,
+                history,
+                random,
+                ring.as_deref(),
+            )
+        });
+        let chosen = &candidates[i];
+        let partition = history.partition_for(chosen);
+        history.record(&chosen.worker_id, candidates);
         Route {
             partition,
-            worker: None,
+            worker: Some(chosen.worker_id.clone()),
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::registry::tests::{hb, t as at};
     use super::*;
-    use cadenza_schemas::{BlockStrategy, JobType, RouteStrategy, TriggerId, TriggerKind};
+    use cadenza_schemas::{BlockStrategy, JobType, Topics, TriggerId, TriggerKind};
+    use std::time::Duration;
 
-    fn trig(job: i64) -> PendingTrigger {
+    pub(crate) fn cand(id: &str, partitions: &[i32]) -> Candidate {
+        Candidate {
+            worker_id: id.to_owned(),
+            partitions: partitions.to_vec(),
+            heartbeat_age_ms: 100,
+            interval_ms: 500,
+            job_runs: 0,
+        }
+    }
+
+    fn trig(job: i64, route: RouteStrategy) -> PendingTrigger {
         PendingTrigger {
             id: TriggerId(1),
             job_id: JobId(job),
-            job_type: JobType::parse("t").unwrap(),
+            job_type: JobType::parse("x").unwrap(),
             shard: 0,
             kind: TriggerKind::Cron,
             fire_time: chrono::Utc::now(),
@@ -63,19 +194,95 @@ mod tests {
             attempt: 1,
             shard_index: 0,
             shard_total: 1,
-            route: RouteStrategy::Round,
+            route,
             requested_worker: None,
         }
     }
 
+    fn router() -> Router {
+        Router::default()
+    }
+
+    fn three() -> Vec<Candidate> {
+        vec![cand("a", &[0, 1]), cand("b", &[2, 3]), cand("c", &[4, 5])]
+    }
+
     #[test]
-    fn round_visits_every_partition_in_turn() {
-        let r = Router::default();
-        let t = trig(42);
-        let seen: Vec<i32> = (0..12).map(|_| r.select(&t, 6).partition).collect();
-        for p in 0..6 {
-            assert_eq!(seen.iter().filter(|x| **x == p).count(), 2, "{seen:?}");
+    fn every_strategy_picks_a_candidate() {
+        let c = three();
+        for s in RouteStrategy::ALL {
+            let run = RunRef {
+                job_id: JobId(9),
+                route: *s,
+                shard_index: 1,
+            };
+            let i = pick(run, &c, &JobHistory::new(JobId(9)), 7, None);
+            assert!(i < c.len(), "{s:?}");
         }
-        assert_eq!(seen[0..6], seen[6..12]);
+    }
+
+    #[test]
+    fn spreads_over_the_chosen_workers_partitions() {
+        let r = router();
+        let t = trig(1, RouteStrategy::First);
+        let parts: Vec<i32> = (0..4)
+            .map(|_| r.select_among(&t, 6, &three(), at(0), 0).partition)
+            .collect();
+        assert_eq!(parts, [0, 1, 0, 1]);
+        // round over 2 workers of 2 partitions each still reaches all four
+        let t = trig(2, RouteStrategy::Round);
+        let two = &three()[..2];
+        let mut parts: Vec<i32> = (0..4)
+            .map(|_| r.select_among(&t, 6, two, at(0), 0).partition)
+            .collect();
+        parts.sort();
+        assert_eq!(parts, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn no_live_worker_goes_to_the_job_hash_partition() {
+        let r = router();
+        let t = trig(5, RouteStrategy::Round);
+        let route = r.select_among(&t, 6, &[], at(0), 0);
+        assert_eq!(
+            route,
+            Route {
+                partition: hash::job_partition(JobId(5), 6),
+                worker: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_requested_worker_gets_the_run_and_counts_as_a_use() {
+        let r = router();
+        let mut t = trig(3, RouteStrategy::LeastFrequentlyUsed);
+        t.requested_worker = Some("c".into());
+        let route = r.select_among(&t, 6, &three(), at(0), 0);
+        assert_eq!(route.worker.as_deref(), Some("c"));
+        assert!(route.partition == 4 || route.partition == 5);
+        // gone since the API accepted it: the strategy decides
+        t.requested_worker = Some("zz".into());
+        let route = r.select_among(&t, 6, &three(), at(0), 0);
+        assert_eq!(route.worker.as_deref(), Some("a"));
+        t.requested_worker = None;
+        assert_eq!(
+            r.select_among(&t, 6, &three(), at(0), 0).worker.as_deref(),
+            Some("b")
+        );
+    }
+
+    #[test]
+    fn select_reads_the_registry() {
+        let registry = Registry::new(Topics::new("c"), Duration::from_secs(15));
+        let now = Utc::now();
+        registry.apply(hb("w2", &[2, 3], now), now);
+        registry.apply(hb("w1", &[0, 1], now), now);
+        let r = Router::default();
+        let route = r.select(&trig(1, RouteStrategy::Last), 6, &registry);
+        assert_eq!(route.worker.as_deref(), Some("w2"));
+        registry.stopped("w2", now);
+        let route = r.select(&trig(1, RouteStrategy::Last), 6, &registry);
+        assert_eq!(route.worker.as_deref(), Some("w1"));
     }
 }

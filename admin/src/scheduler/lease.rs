@@ -1,11 +1,15 @@
-//! Shard leases in `scheduler_lease`: acquire free or expired shards, renew held ones, release
-//! on shutdown. The database clock decides expiry; the admin's monotonic clock decides how long
-//! it may still act on a lease (`valid_until` = time the renewal was sent + TTL − margin).
+//! Shard leases in `scheduler_lease`: share the shards evenly among live admins, renew held
+//! ones, take free or expired ones, hand extra ones back, release all on shutdown.
+//!
+//! The database clock decides expiry (`now()` in every statement); this admin's monotonic clock
+//! decides how long it may still act on a lease: until the time its renewal was sent + TTL −
+//! margin. Live admins are counted from the `admins` table, refreshed at every round.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::SchedulerContext;
@@ -43,6 +47,11 @@ impl Leases {
         self.read(|v| v.valid_until.is_some_and(|t| Instant::now() < t))
     }
 
+    /// The instant until which held leases may be acted on.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.read(|v| v.valid_until)
+    }
+
     /// `(shard, epoch)` of every shard held and still valid.
     pub fn held(&self) -> Vec<(u32, i64)> {
         if !self.is_valid() {
@@ -65,102 +74,152 @@ impl Leases {
     }
 }
 
-/// What one renewal changed.
+/// A shard taken in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    pub shard: u32,
+    pub epoch: i64,
+    /// How long until the previous lease ended plus the margin: anything the previous holder
+    /// sent has landed (or failed) by then.
+    pub settle: Duration,
+}
+
+/// What one round changed.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct LeaseChange {
-    /// Shards newly held, or re-taken with a new epoch.
-    pub acquired: Vec<u32>,
-    /// Shards no longer held.
+    /// Live admins, this one included.
+    pub admins: i64,
+    pub acquired: Vec<Acquired>,
+    /// Shards no longer held (taken over after this admin's lease expired).
     pub lost: Vec<u32>,
+    /// Shards handed back because this admin held more than its share.
+    pub released: Vec<u32>,
+}
+
+/// How many shards each of `admins` admins should hold.
+pub fn fair_share(shard_count: u32, admins: i64) -> usize {
+    let admins = admins.max(1) as u64;
+    (u64::from(shard_count)).div_ceil(admins) as usize
 }
 
 pub struct LeaseManager {
     ctx: Arc<SchedulerContext>,
+    /// Acquired shards whose pending triggers are not loaded yet (retried every round).
+    unrecovered: Mutex<BTreeSet<u32>>,
 }
 
 impl LeaseManager {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
-        Self { ctx }
+        Self {
+            ctx,
+            unrecovered: Mutex::new(BTreeSet::new()),
+        }
     }
 
-    /// The shards this admin tries to hold. One admin takes every free shard; balancing between
-    /// several admins is decided here.
-    fn wanted(&self) -> Vec<i32> {
-        (0..self.ctx.shard_count as i32).collect()
-    }
-
-    /// One acquire-and-renew round.
+    /// One round: heartbeat, renew, hand back extra shards, take free ones up to the fair share.
     pub async fn run_once(&self) -> Result<LeaseChange, sqlx::Error> {
-        let cfg = &self.ctx.config;
+        let ctx = &self.ctx;
+        let cfg = &ctx.config;
+        let ttl_ms = cfg.lease_ttl_ms as f64;
         let sent = Instant::now();
-        let rows: Vec<(i32, i64)> = sqlx::query_as(sql!("lease/acquire"))
-            .bind(&self.ctx.admin_id)
-            .bind(cfg.lease_ttl_ms as f64)
-            .bind(self.wanted())
-            .fetch_all(&self.ctx.pool)
+        let admins: i64 = sqlx::query_scalar(sql!("lease/heartbeat"))
+            .bind(&ctx.admin_id)
+            .bind(ttl_ms)
+            .fetch_one(&ctx.pool)
             .await?;
-        let now_held: BTreeMap<u32, i64> = rows
-            .into_iter()
-            .filter_map(|(s, e)| u32::try_from(s).ok().map(|s| (s, e)))
+        let share = fair_share(ctx.shard_count, admins);
+        let (shards, epochs): (Vec<i32>, Vec<i64>) = ctx
+            .leases
+            .read(|v| v.held.iter().map(|(s, e)| (*s as i32, *e)).unzip());
+        let renewed: Vec<(i32, i64)> = sqlx::query_as(sql!("lease/renew"))
+            .bind(&ctx.admin_id)
+            .bind(ttl_ms)
+            .bind(&shards)
+            .bind(&epochs)
+            .fetch_all(&ctx.pool)
+            .await?;
+        let mut now_held: BTreeMap<u32, i64> =
+            renewed.into_iter().map(|(s, e)| (s as u32, e)).collect();
+        let lost: Vec<u32> = shards
+            .iter()
+            .map(|s| *s as u32)
+            .filter(|s| !now_held.contains_key(s))
             .collect();
+        let mut released = Vec::new();
+        while now_held.len() > share {
+            if let Some((s, _)) = now_held.pop_last() {
+                released.push(s);
+            }
+        }
+        let mut acquired = Vec::new();
+        if now_held.len() < share {
+            let rows: Vec<(i32, i64, DateTime<Utc>, DateTime<Utc>)> =
+                sqlx::query_as(sql!("lease/acquire"))
+                    .bind(&ctx.admin_id)
+                    .bind(ttl_ms)
+                    .bind((share - now_held.len()) as i64)
+                    .fetch_all(&ctx.pool)
+                    .await?;
+            for (shard, epoch, previous_expiry, db_now) in rows {
+                let settle_at = previous_expiry.max(DateTime::<Utc>::MIN_UTC)
+                    + chrono::Duration::milliseconds(cfg.lease_margin_ms as i64);
+                let settle = (settle_at - db_now).to_std().unwrap_or(Duration::ZERO);
+                now_held.insert(shard as u32, epoch);
+                acquired.push(Acquired {
+                    shard: shard as u32,
+                    epoch,
+                    settle,
+                });
+            }
+        }
         let valid_until = sent + cfg.lease_ttl().saturating_sub(cfg.lease_margin());
-        let change = self.ctx.leases.write(|v| {
-            let was_valid = v.valid_until.is_some_and(|t| Instant::now() < t);
-            let acquired = now_held
-                .iter()
-                .filter(|(s, e)| !was_valid || v.held.get(s) != Some(e))
-                .map(|(s, _)| *s)
-                .collect();
-            let lost = v
-                .held
-                .keys()
-                .filter(|s| !now_held.contains_key(s))
-                .copied()
-                .collect();
+        ctx.leases.write(|v| {
             v.held = now_held;
             v.valid_until = Some(valid_until);
-            LeaseChange { acquired, lost }
         });
-        Ok(change)
+        let gone: Vec<u32> = lost.iter().chain(&released).copied().collect();
+        if !gone.is_empty() {
+            ctx.wheel.drop_shards(&gone);
+        }
+        if !released.is_empty() {
+            let r: Vec<i32> = released.iter().map(|s| *s as i32).collect();
+            sqlx::query(sql!("lease/release"))
+                .bind(&ctx.admin_id)
+                .bind(&r)
+                .execute(&ctx.pool)
+                .await?;
+        }
+        Ok(LeaseChange {
+            admins,
+            acquired,
+            lost,
+            released,
+        })
     }
 
-    /// Renews every `lease_renew` until `shutdown`; hands new shards to recovery and drops lost
-    /// ones from the timer.
+    /// Runs a round every `lease_renew` until `shutdown`; recovers acquired shards.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let mut last_error_logged = false;
+        let mut failing = false;
         loop {
             match self.run_once().await {
                 Ok(change) => {
-                    last_error_logged = false;
-                    if !change.lost.is_empty() {
-                        tracing::warn!(shards = ?change.lost, "shards lost");
-                        self.ctx.wheel.drop_shards(&change.lost);
+                    if failing {
+                        tracing::info!("lease renewal works again");
+                        failing = false;
                     }
-                    if !change.acquired.is_empty() {
-                        tracing::info!(shards = ?change.acquired, held = self.ctx.leases.count(), "shards acquired");
-                        if let Err(e) =
-                            super::recover::load_shards(&self.ctx, &change.acquired).await
-                        {
-                            tracing::error!(error = %e, "loading pending triggers of acquired shards failed; will retry");
-                            // Forget the shards so the next round counts them as acquired again.
-                            self.ctx.leases.write(|v| {
-                                for s in &change.acquired {
-                                    v.held.remove(s);
-                                }
-                            });
-                        }
-                    }
+                    self.report(&change);
+                    self.recover(change.acquired, &shutdown).await;
                 }
                 Err(e) => {
-                    if !last_error_logged {
+                    if !failing {
                         tracing::error!(error = %e, "lease renewal failed; scheduling stops when the leases run out");
-                        last_error_logged = true;
+                        failing = true;
                     }
                     if !self.ctx.leases.is_valid() {
                         let held: Vec<u32> =
                             self.ctx.leases.read(|v| v.held.keys().copied().collect());
                         if !held.is_empty() {
-                            tracing::warn!(shards = held.len(), "leases ran out");
+                            tracing::warn!(shards = held.len(), "leases ran out: not scheduling");
                             self.ctx.wheel.drop_shards(&held);
                             self.ctx.leases.write(|v| v.held.clear());
                         }
@@ -174,7 +233,67 @@ impl LeaseManager {
         }
     }
 
-    /// Gives every held shard back (shutdown).
+    fn report(&self, change: &LeaseChange) {
+        if !change.lost.is_empty() {
+            tracing::warn!(shards = ?change.lost, "shards lost to another admin");
+        }
+        if !change.released.is_empty() {
+            tracing::info!(shards = ?change.released, admins = change.admins, "shards handed back to share them evenly");
+        }
+        if !change.acquired.is_empty() {
+            let shards: Vec<u32> = change.acquired.iter().map(|a| a.shard).collect();
+            tracing::info!(
+                ?shards,
+                held = self.ctx.leases.count(),
+                admins = change.admins,
+                "shards acquired"
+            );
+        }
+    }
+
+    /// Loads the pending triggers of newly acquired shards (misfire rules first), and resolves
+    /// what their previous holder left `publishing` once its sends have settled.
+    async fn recover(&self, acquired: Vec<Acquired>, shutdown: &CancellationToken) {
+        let todo: Vec<u32> = {
+            let mut set = self.unrecovered.lock().unwrap_or_else(|p| p.into_inner());
+            set.extend(acquired.iter().map(|a| a.shard));
+            // Only shards still held.
+            let held: BTreeSet<u32> = self.ctx.leases.held().into_iter().map(|(s, _)| s).collect();
+            set.retain(|s| held.contains(s));
+            set.iter().copied().collect()
+        };
+        if todo.is_empty() {
+            return;
+        }
+        match super::recover::load_shards(&self.ctx, &todo).await {
+            Ok(n) => {
+                tracing::debug!(shards = todo.len(), triggers = n, "pending triggers loaded");
+                self.unrecovered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clear();
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "loading pending triggers of acquired shards failed; will retry")
+            }
+        }
+        if let Some(settle) = acquired.iter().map(|a| a.settle).max() {
+            let ctx = self.ctx.clone();
+            let shards: Vec<u32> = acquired.iter().map(|a| a.shard).collect();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(settle) => {}
+                }
+                if let Err(e) = super::recover::resolve_publishing(&ctx, &shards, 0).await {
+                    tracing::warn!(error = %e, "resolving triggers left publishing failed; the sweep retries");
+                }
+            });
+        }
+    }
+
+    /// Gives every held shard back and leaves the `admins` table (shutdown).
     pub async fn release_all(&self) {
         let shards: Vec<i32> = self
             .ctx
@@ -184,19 +303,41 @@ impl LeaseManager {
             v.held.clear();
             v.valid_until = None;
         });
-        if shards.is_empty() {
-            return;
+        if !shards.is_empty() {
+            match sqlx::query(sql!("lease/release"))
+                .bind(&self.ctx.admin_id)
+                .bind(&shards)
+                .execute(&self.ctx.pool)
+                .await
+            {
+                Ok(r) => tracing::info!(shards = r.rows_affected(), "shards released"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "releasing shards failed; they expire after the TTL")
+                }
+            }
         }
-        match sqlx::query(sql!("lease/release"))
+        if let Err(e) = sqlx::query(sql!("lease/forget_admin"))
             .bind(&self.ctx.admin_id)
-            .bind(&shards)
             .execute(&self.ctx.pool)
             .await
         {
-            Ok(r) => tracing::info!(shards = r.rows_affected(), "shards released"),
-            Err(e) => {
-                tracing::warn!(error = %e, "releasing shards failed; they expire after the TTL")
-            }
+            tracing::debug!(error = %e, "leaving the admins table failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fair_share;
+
+    #[test]
+    fn shares_cover_every_shard() {
+        assert_eq!(fair_share(64, 1), 64);
+        assert_eq!(fair_share(64, 3), 22);
+        assert_eq!(fair_share(64, 0), 64);
+        assert_eq!(fair_share(1, 5), 1);
+        for admins in 1..10 {
+            assert!(fair_share(64, admins) * admins as usize >= 64);
         }
     }
 }

@@ -113,6 +113,8 @@ pub struct SchedulerContext {
     pub leases: Arc<lease::Leases>,
     pub wheel: Arc<wheel::Wheel>,
     pub kafka: Arc<KafkaClients>,
+    /// Live workers, from their heartbeats (routing and broadcast shard counts).
+    pub registry: Arc<crate::route::registry::Registry>,
 }
 
 /// Starts the scheduler's loops on `tracker`; they stop when `shutdown` is cancelled, after

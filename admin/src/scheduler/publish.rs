@@ -8,11 +8,9 @@
 //! 3. Delivered ones are recorded `published` with partition and offset, in one statement.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cadenza_schemas::{TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
-use chrono::{DateTime, Utc};
-use futures::future::join_all;
+use chrono::Utc;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use tokio_util::sync::CancellationToken;
@@ -34,7 +32,7 @@ pub struct PublishOutcome {
     pub published: usize,
     /// Not ours any more (shard lost) or no longer `scheduled` (e.g. job disabled).
     pub skipped: usize,
-    /// Sends that failed; the rows went back to `scheduled`.
+    /// Sends that failed or were not made; the rows stay `publishing` until read back.
     pub failed: usize,
 }
 
@@ -95,7 +93,7 @@ impl Publisher {
                 .kafka
                 .ensure_trigger_topic(&self.ctx.pool, &t.job_type)
                 .await?;
-            let route = self.router.select(&t, partitions);
+            let route = self.router.select(&t, partitions, &self.ctx.registry);
             routed.push((t, route, epoch));
         }
         if routed.is_empty() {
@@ -123,18 +121,20 @@ impl Publisher {
         let claimed: std::collections::HashSet<i64> = claimed.into_iter().collect();
         outcome.skipped += routed.len() - claimed.len();
         routed.retain(|(t, _, _)| claimed.contains(&t.id.0));
-        // 2. Send, only while the lease is valid by our clock.
-        if !self.ctx.leases.is_valid() {
-            tracing::warn!(
-                count = routed.len(),
-                "lease ran out before sending; rows stay publishing for the next holder"
-            );
+        // 2. Send, only while the lease is valid by our clock: checked right before each
+        //    message is handed to the producer, whose delivery timeout is shorter than the margin.
+        let Some(valid_until) = self.ctx.leases.valid_until() else {
             return Ok(outcome);
-        }
+        };
         let topics = self.ctx.kafka.topics();
         let now = Utc::now();
         let mut sends = Vec::with_capacity(routed.len());
+        let mut unsent = 0;
         for (t, route, _) in &routed {
+            if std::time::Instant::now() >= valid_until {
+                unsent += 1;
+                continue;
+            }
             let msg = TriggerRecord::Trigger(TriggerMessage {
                 trigger_id: t.id,
                 job_id: t.job_id,
@@ -154,46 +154,48 @@ impl Publisher {
             let key = t.job_id.0.to_string();
             let topic = topics.trigger(&t.job_type);
             let tp = traceparent();
-            let producer = self.ctx.kafka.producer.clone();
-            let partition = route.partition;
-            sends.push(async move {
-                let headers = OwnedHeaders::new()
-                    .insert(Header {
-                        key: HEADER_RECORD,
-                        value: Some("trigger"),
-                    })
-                    .insert(Header {
-                        key: HEADER_TRACEPARENT,
-                        value: Some(&tp),
-                    });
-                let record = FutureRecord::to(&topic)
-                    .partition(partition)
-                    .key(&key)
-                    .payload(&payload)
-                    .headers(headers);
-                producer.send(record, Duration::from_secs(0)).await
-            });
-        }
-        let results = join_all(sends).await;
-        // 3. Record.
-        let (mut ok_id, mut ok_part, mut ok_off, mut ok_at) =
-            (vec![], vec![], vec![], Vec::<DateTime<Utc>>::new());
-        let mut failed = Vec::new();
-        let mut lateness = Vec::new();
-        let sent_at = Utc::now();
-        for ((t, _, _), r) in routed.iter().zip(results) {
-            match r {
-                Ok(delivery) => {
-                    ok_id.push(t.id.0);
-                    ok_part.push(delivery.partition);
-                    ok_off.push(delivery.offset);
-                    ok_at.push(sent_at);
-                    lateness.push((now - t.fire_time).num_milliseconds());
-                }
+            let headers = OwnedHeaders::new()
+                .insert(Header {
+                    key: HEADER_RECORD,
+                    value: Some("trigger"),
+                })
+                .insert(Header {
+                    key: HEADER_TRACEPARENT,
+                    value: Some(&tp),
+                });
+            let record = FutureRecord::to(&topic)
+                .partition(route.partition)
+                .key(&key)
+                .payload(&payload)
+                .headers(headers);
+            match self.ctx.kafka.producer.send_result(record) {
+                Ok(delivery) => sends.push((t, delivery)),
                 Err((e, _)) => {
-                    tracing::warn!(trigger_id = t.id.0, error = %e, "send failed");
-                    failed.push(t.id.0);
+                    tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
+                    unsent += 1;
                 }
+            }
+        }
+        if unsent > 0 {
+            tracing::warn!(count = unsent, "not sent (lease ran out or producer refused); the rows stay publishing and are resolved by read-back");
+        }
+        // 3. Record.
+        let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
+        let mut failed = unsent;
+        let mut max_lateness = 0;
+        for (t, delivery) in sends {
+            match delivery.await {
+                Ok(Ok(d)) => {
+                    ok_id.push(t.id.0);
+                    ok_part.push(d.partition);
+                    ok_off.push(d.offset);
+                    max_lateness = max_lateness.max((now - t.fire_time).num_milliseconds());
+                }
+                Ok(Err((e, _))) => {
+                    tracing::warn!(trigger_id = t.id.0, error = %e, "send failed");
+                    failed += 1;
+                }
+                Err(_) => failed += 1,
             }
         }
         if !ok_id.is_empty() {
@@ -201,27 +203,18 @@ impl Publisher {
                 .bind(&ok_id)
                 .bind(&ok_part)
                 .bind(&ok_off)
-                .bind(&ok_at)
                 .execute(&self.ctx.pool)
                 .await?;
         }
-        if !failed.is_empty() {
-            // At-least-once for now: a send that timed out may still have landed.
-            sqlx::query(sql!("publish/unmark_publishing"))
-                .bind(&failed)
-                .bind("publication failed; will be retried")
-                .execute(&self.ctx.pool)
-                .await?;
-        }
+        // Failed sends stay `publishing`: a send that timed out may still have landed, so the
+        // sweep reads the partition back before sending again.
+        outcome.failed = failed;
+        tracing::debug!(
+            published = ok_id.len(),
+            max_lateness_ms = max_lateness,
+            "published"
+        );
         outcome.published = ok_id.len();
-        outcome.failed = failed.len();
-        if let Some(max) = lateness.iter().max() {
-            tracing::debug!(
-                published = outcome.published,
-                max_lateness_ms = max,
-                "published"
-            );
-        }
         Ok(outcome)
     }
 }

@@ -1,34 +1,48 @@
-//! Loading pending triggers into the timer: for shards just acquired, for triggers the API
-//! inserted (announced with NOTIFY), and a periodic sweep for anything missed.
+//! Recovery: what a shard's holder does beyond the scan.
+//!
+//! * On acquiring shards: apply the misfire rules to runs found overdue, load the `scheduled`
+//!   runs into the timer, and — once the previous holder's sends have settled (its lease expiry
+//!   plus the margin) — resolve the runs it left `publishing` by reading their partitions back to
+//!   a fence record: runs found there are recorded `published`, the others are sent again.
+//! * All the time: `LISTEN` for runs the API inserted, and sweep periodically for anything
+//!   missed (overdue `scheduled` runs, `publishing` runs whose send failed).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cadenza_schemas::{FenceMessage, JobType, TriggerRecord, HEADER_RECORD};
+use chrono::{DateTime, Utc};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Offset, TopicPartitionList};
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use super::{rows_to_pending, PendingRow, SchedulerContext, NOTIFY_CHANNEL};
 
-/// How often `scheduled` rows of held shards are re-read in case a notification was missed.
+/// How often held shards are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
+/// Longest a read-back of one partition may take.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Loads the pending triggers of newly acquired shards.
-///
-/// Rows a previous holder left `publishing` go back to `scheduled` and are sent again: delivery
-/// is at-least-once when an admin dies between sending and recording.
+/// Misfire rules, then loads the pending triggers of newly acquired shards into the timer.
 pub async fn load_shards(ctx: &SchedulerContext, shards: &[u32]) -> anyhow::Result<usize> {
     let shards: Vec<i32> = shards.iter().map(|s| *s as i32).collect();
-    let requeued: Vec<i64> = sqlx::query_scalar(sql!("triggers/requeue_publishing"))
-        .bind(&shards)
+    apply_misfires(ctx, &shards).await?;
+    load_pending(ctx, &shards, ctx.config.lookahead_ms).await
+}
+
+async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> anyhow::Result<()> {
+    let misfired: Vec<i64> = sqlx::query_scalar(sql!("recover/misfire_overdue"))
+        .bind(shards)
         .fetch_all(&ctx.pool)
         .await?;
-    if !requeued.is_empty() {
-        tracing::warn!(
-            count = requeued.len(),
-            "triggers left publishing by the previous holder are sent again"
-        );
+    if !misfired.is_empty() {
+        tracing::warn!(count = misfired.len(), "overdue runs recorded as misfired");
     }
-    load_pending(ctx, &shards, ctx.config.lookahead_ms).await
+    Ok(())
 }
 
 async fn load_pending(
@@ -56,16 +70,211 @@ async fn load_one(ctx: &SchedulerContext, id: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[derive(Debug, sqlx::FromRow)]
+struct PublishingRow {
+    id: i64,
+    job_type: String,
+    partition: Option<i32>,
+    updated_at: DateTime<Utc>,
+}
+
+/// Resolves the runs of `shards` left `publishing` for longer than `older_than_ms`: reads each
+/// partition involved back to a fence record written now; runs found are recorded `published`,
+/// the rest go back to `scheduled` and are sent again. Returns (found, sent again).
+pub async fn resolve_publishing(
+    ctx: &SchedulerContext,
+    shards: &[u32],
+    older_than_ms: u64,
+) -> anyhow::Result<(usize, usize)> {
+    let shard_ids: Vec<i32> = shards.iter().map(|s| *s as i32).collect();
+    let rows: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_rows"))
+        .bind(&shard_ids)
+        .bind(older_than_ms as f64)
+        .fetch_all(&ctx.pool)
+        .await?;
+    if rows.is_empty() {
+        return Ok((0, 0));
+    }
+    let mut groups: BTreeMap<(String, i32), Vec<&PublishingRow>> = BTreeMap::new();
+    let mut missing: Vec<i64> = Vec::new();
+    for r in &rows {
+        match r.partition {
+            Some(p) => groups.entry((r.job_type.clone(), p)).or_default().push(r),
+            None => missing.push(r.id),
+        }
+    }
+    let (mut f_id, mut f_part, mut f_off) = (vec![], vec![], vec![]);
+    for ((job_type, partition), group) in groups {
+        let Ok(jt) = JobType::parse(&job_type) else {
+            missing.extend(group.iter().map(|r| r.id));
+            continue;
+        };
+        let topic = ctx.kafka.topics().trigger(&jt);
+        let earliest_mark = group
+            .iter()
+            .map(|r| r.updated_at)
+            .min()
+            .unwrap_or_else(Utc::now);
+        let start: Option<i64> = sqlx::query_scalar(sql!("recover/read_back_start"))
+            .bind(&job_type)
+            .bind(partition)
+            .bind(earliest_mark)
+            .fetch_one(&ctx.pool)
+            .await?;
+        let fence =
+            write_fence(ctx, &topic, partition, shards.first().copied().unwrap_or(0)).await?;
+        let found = read_back(
+            ctx.kafka.settings.brokers.clone(),
+            topic.clone(),
+            partition,
+            start,
+            fence,
+        )
+        .await?;
+        for r in group {
+            match found.get(&r.id) {
+                Some(offset) => {
+                    f_id.push(r.id);
+                    f_part.push(partition);
+                    f_off.push(*offset);
+                }
+                None => missing.push(r.id),
+            }
+        }
+        tracing::info!(%topic, partition, from = ?start, fence, "partition read back");
+    }
+    if !f_id.is_empty() {
+        sqlx::query(sql!("recover/resolve_found"))
+            .bind(&f_id)
+            .bind(&f_part)
+            .bind(&f_off)
+            .execute(&ctx.pool)
+            .await?;
+    }
+    if !missing.is_empty() {
+        sqlx::query(sql!("recover/resolve_missing"))
+            .bind(&missing)
+            .execute(&ctx.pool)
+            .await?;
+        // Load them again right away (they are overdue), misfire rules first.
+        apply_misfires(ctx, &shard_ids).await?;
+        load_pending(ctx, &shard_ids, 0).await?;
+    }
+    tracing::info!(
+        published = f_id.len(),
+        resend = missing.len(),
+        "runs left publishing resolved"
+    );
+    Ok((f_id.len(), missing.len()))
+}
+
+/// Writes a fence record to a partition; returns its offset.
+async fn write_fence(
+    ctx: &SchedulerContext,
+    topic: &str,
+    partition: i32,
+    shard: u32,
+) -> anyhow::Result<i64> {
+    let fence = TriggerRecord::Fence(FenceMessage {
+        admin_id: ctx.admin_id.clone(),
+        shard,
+        epoch: ctx.leases.epoch(shard).unwrap_or(0),
+        nonce: format!("{:032x}", rand::random::<u128>()),
+        written_at: Utc::now(),
+    });
+    let payload = serde_json::to_vec(&fence)?;
+    let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
+        .partition(partition)
+        .payload(payload.as_slice())
+        .headers(OwnedHeaders::new().insert(Header {
+            key: HEADER_RECORD,
+            value: Some("fence"),
+        }));
+    match ctx
+        .kafka
+        .producer
+        .send(record, Duration::from_secs(10))
+        .await
+    {
+        Ok(d) => Ok(d.offset),
+        Err((e, _)) => Err(e.into()),
+    }
+}
+
+/// Reads `topic`/`partition` from `start` (or the beginning) up to the fence offset and returns
+/// trigger id → offset of every trigger record seen.
+async fn read_back(
+    brokers: String,
+    topic: String,
+    partition: i32,
+    start: Option<i64>,
+    fence: i64,
+) -> anyhow::Result<HashMap<i64, i64>> {
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set(
+                "group.id",
+                format!("cadenza-read-back-{:016x}", rand::random::<u64>()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "10")
+            .set("log_level", "4")
+            .create()?;
+        let mut tpl = TopicPartitionList::new();
+        let from = start.map(Offset::Offset).unwrap_or(Offset::Beginning);
+        tpl.add_partition_offset(&topic, partition, from)?;
+        consumer.assign(&tpl)?;
+        let deadline = std::time::Instant::now() + READ_BACK_TIMEOUT;
+        let mut found = HashMap::new();
+        loop {
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("reading {topic}/{partition} back to offset {fence} timed out");
+            }
+            let Some(msg) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let msg = msg?;
+            if msg.offset() >= fence {
+                return Ok(found);
+            }
+            if let Some(Ok(TriggerRecord::Trigger(t))) =
+                msg.payload().map(serde_json::from_slice::<TriggerRecord>)
+            {
+                found.insert(t.trigger_id.0, msg.offset());
+            }
+        }
+    })
+    .await?
+}
+
 /// Parses a notification payload `<shard>:<trigger id>`.
 fn parse_payload(p: &str) -> Option<(u32, i64)> {
     let (shard, id) = p.split_once(':')?;
     Some((shard.parse().ok()?, id.parse().ok()?))
 }
 
+/// One sweep of the held shards: misfire rules, runs whose send failed, overdue runs not in the
+/// timer.
+async fn sweep(ctx: &SchedulerContext) -> anyhow::Result<()> {
+    let held: Vec<u32> = ctx.leases.held().into_iter().map(|(s, _)| s).collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let shard_ids: Vec<i32> = held.iter().map(|s| *s as i32).collect();
+    apply_misfires(ctx, &shard_ids).await?;
+    // A send settles within the producer's timeout, shorter than the margin.
+    resolve_publishing(ctx, &held, ctx.config.lease_margin_ms * 2).await?;
+    // Only overdue rows: the scan hands fresh ones to the timer itself.
+    load_pending(ctx, &shard_ids, 0).await?;
+    Ok(())
+}
+
 /// Listens for triggers inserted by any admin's API and sweeps periodically, until `shutdown`.
 pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
-    let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
-    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut listener: Option<PgListener> = None;
     loop {
         if listener.is_none() {
@@ -85,13 +294,9 @@ pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = sweep.tick() => {
-                let held: Vec<i32> = ctx.leases.held().into_iter().map(|(s, _)| s as i32).collect();
-                if !held.is_empty() {
-                    // Only overdue rows: the scan hands fresh ones to the timer itself.
-                    if let Err(e) = load_pending(&ctx, &held, 0).await {
-                        tracing::debug!(error = %e, "sweep failed");
-                    }
+            _ = tick.tick() => {
+                if let Err(e) = sweep(&ctx).await {
+                    tracing::debug!(error = %e, "sweep failed");
                 }
             }
             n = notification => match n {

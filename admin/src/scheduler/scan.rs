@@ -124,6 +124,8 @@ struct DueJob {
     misfire_threshold_ms: i64,
     next_fire_at: DateTime<Utc>,
     db_now: DateTime<Utc>,
+    job_type: String,
+    route: String,
 }
 
 pub struct Scanner {
@@ -175,6 +177,7 @@ impl Scanner {
         }
         let lookahead = chrono::Duration::milliseconds(cfg.lookahead_ms as i64);
         let (mut p_job, mut p_kind, mut p_status, mut p_time) = (vec![], vec![], vec![], vec![]);
+        let (mut p_shard, mut p_total) = (Vec::<i32>::new(), Vec::<i32>::new());
         let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
         for job in &due {
             let plan = match (
@@ -206,11 +209,25 @@ impl Scanner {
                     }
                 }
             };
+            // A `sharding_broadcast` fire is one run per live worker (shard i of n).
+            let shards = self
+                .ctx
+                .registry
+                .shard_total_stored(&job.route, &job.job_type);
             for f in &plan.fires {
-                p_job.push(job.id);
-                p_kind.push(f.kind.as_str());
-                p_status.push(f.status.as_str());
-                p_time.push(f.fire_time);
+                let n = if f.status == RunStatus::Scheduled {
+                    shards
+                } else {
+                    1
+                };
+                for i in 0..n {
+                    p_job.push(job.id);
+                    p_kind.push(f.kind.as_str());
+                    p_status.push(f.status.as_str());
+                    p_time.push(f.fire_time);
+                    p_shard.push(i);
+                    p_total.push(n);
+                }
             }
             a_id.push(job.id);
             a_next.push(plan.next_fire_at);
@@ -221,6 +238,8 @@ impl Scanner {
             .bind(&p_kind)
             .bind(&p_status)
             .bind(&p_time)
+            .bind(&p_shard)
+            .bind(&p_total)
             .fetch_all(&mut *tx)
             .await?;
         sqlx::query(sql!("scan/advance_jobs"))

@@ -1,0 +1,1 @@
+DELETE FROM admins WHERE admin_id = $1 OR last_seen < now() - interval '1 day'

@@ -1,0 +1,636 @@
+//! The scheduler under failure: shards shared between admins and taken over when one dies
+//! (G5), every fire time published exactly once or recorded as misfired while admins are killed
+//! and paused (G1, G2), and a database outage.
+//!
+//! `CADENZA_SCHED_CHAOS_SECS` (default 40) sets how long the chaos test runs; the test prints its
+//! counts either way.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use cadenza_integration::{
+    read_topic, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
+};
+use chrono::{DateTime, Utc};
+use rand::Rng;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const TTL_MS: u64 = 3000;
+const RENEW_MS: u64 = 1000;
+/// G5: shards of a dead admin are held again within TTL + one renewal (+ the test's polling).
+const TAKEOVER_BOUND: Duration = Duration::from_millis(TTL_MS + RENEW_MS + 600);
+
+fn admin_env(id: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("CADENZA_ADMIN_ID", id.to_owned()),
+        ("CADENZA_LEASE_TTL_MS", TTL_MS.to_string()),
+        ("CADENZA_LEASE_RENEW_MS", RENEW_MS.to_string()),
+        ("CADENZA_LEASE_MARGIN_MS", "1000".to_owned()),
+    ]
+}
+
+async fn spawn_admin(cluster: &Cluster, id: &str) -> AdminHandle {
+    let env = admin_env(id);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    cluster.spawn_admin(&env).await.unwrap()
+}
+
+/// Valid shard counts per holder (database clock).
+async fn holders(pool: &PgPool) -> BTreeMap<String, i64> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT holder, count(*) FROM scheduler_lease WHERE holder IS NOT NULL AND expires_at > now() GROUP BY holder",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter().collect()
+}
+
+/// Waits until exactly `live` hold every one of the 64 shards, each about a fair share.
+async fn wait_balanced(pool: &PgPool, live: &[&str]) -> Duration {
+    let started = Instant::now();
+    let live: HashSet<String> = live.iter().map(|s| s.to_string()).collect();
+    let share = (64 + live.len() as i64 - 1) / live.len() as i64;
+    wait_for(
+        Duration::from_secs(60),
+        "shards balanced over the live admins",
+        || {
+            let live = live.clone();
+            async move {
+                let h = holders(pool).await;
+                let ok = h.keys().all(|k| live.contains(k))
+                    && h.values().sum::<i64>() == 64
+                    && live
+                        .iter()
+                        .all(|a| h.get(a).is_some_and(|n| *n >= share - 2 && *n <= share));
+                Ok(ok.then_some(()))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    started.elapsed()
+}
+
+/// Waits until no shard is held by `dead` and all 64 are held by others; returns how long that took.
+async fn wait_taken_over(pool: &PgPool, dead: &str, since: Instant) -> Duration {
+    wait_for(
+        Duration::from_secs(60),
+        "the dead admin's shards to be taken over",
+        || async move {
+            let h = holders(pool).await;
+            let ok = !h.contains_key(dead) && h.values().sum::<i64>() == 64;
+            Ok(ok.then(|| since.elapsed()))
+        },
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn shards_are_shared_and_taken_over_after_a_crash() {
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    let a = spawn_admin(&cluster, "admin-a").await;
+    wait_balanced(&pool, &["admin-a"]).await;
+    let b = spawn_admin(&cluster, "admin-b").await;
+    let _c = spawn_admin(&cluster, "admin-c").await;
+    let joined = wait_balanced(&pool, &["admin-a", "admin-b", "admin-c"]).await;
+    println!("three admins share the shards {joined:?} after the last one started");
+
+    let killed = Instant::now();
+    a.kill_9().unwrap();
+    let took = wait_taken_over(&pool, "admin-a", killed).await;
+    println!("takeover after SIGKILL: {took:?} (bound {TAKEOVER_BOUND:?})");
+    assert!(took <= TAKEOVER_BOUND, "takeover took {took:?}");
+    wait_balanced(&pool, &["admin-b", "admin-c"]).await;
+
+    // A graceful stop hands the shards over at once.
+    let _a2 = spawn_admin(&cluster, "admin-a2").await;
+    wait_balanced(&pool, &["admin-a2", "admin-b", "admin-c"]).await;
+    let stopped = Instant::now();
+    b.signal(Signal::SIGTERM).unwrap();
+    let took = wait_taken_over(&pool, "admin-b", stopped).await;
+    println!("takeover after SIGTERM: {took:?}");
+    assert!(
+        took <= Duration::from_millis(RENEW_MS * 2 + 1000),
+        "graceful handover took {took:?}"
+    );
+    b.wait_exit(Duration::from_secs(30)).await.unwrap();
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    v.as_str()
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|| panic!("not a time: {v}"))
+}
+
+struct JobPlan {
+    id: i64,
+    first: DateTime<Utc>,
+    every: chrono::Duration,
+}
+
+impl JobPlan {
+    fn expected(&self, until: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        let mut out = Vec::new();
+        let mut t = self.first;
+        while t <= until {
+            out.push(t);
+            t += self.every;
+        }
+        out
+    }
+}
+
+/// Counts of a run, printed by the tests.
+#[derive(Debug, Default)]
+struct Tally {
+    expected: usize,
+    published: usize,
+    misfired: usize,
+    duplicates: usize,
+    lost: usize,
+}
+
+/// Checks every expected fire time of `jobs` up to `until` against the trigger topic and the
+/// misfired runs in the database.
+async fn tally(cluster: &Cluster, pool: &PgPool, jobs: &[JobPlan], until: DateTime<Utc>) -> Tally {
+    let topic = format!("{}.trigger.chaos.noop", cluster.topic_prefix());
+    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut on_topic: HashMap<(i64, DateTime<Utc>), usize> = HashMap::new();
+    for r in &records {
+        let v = r.payload_json().unwrap();
+        if v["type"] != "trigger" {
+            continue;
+        }
+        *on_topic
+            .entry((v["job_id"].as_i64().unwrap(), time(&v["fire_time"])))
+            .or_default() += 1;
+    }
+    let misfired: Vec<(i64, DateTime<Utc>)> =
+        sqlx::query_as("SELECT job_id, fire_time FROM triggers WHERE status = 'misfired'")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let misfired: HashSet<(i64, DateTime<Utc>)> = misfired.into_iter().collect();
+    let mut t = Tally {
+        duplicates: on_topic.values().filter(|n| **n > 1).count(),
+        ..Tally::default()
+    };
+    for job in jobs {
+        for f in job.expected(until) {
+            t.expected += 1;
+            let published = on_topic.get(&(job.id, f)).copied().unwrap_or(0);
+            let missed = misfired.contains(&(job.id, f));
+            match (published, missed) {
+                (0, false) => t.lost += 1,
+                (0, true) => t.misfired += 1,
+                (_, false) => t.published += 1,
+                (_, true) => t.duplicates += 1,
+            }
+        }
+    }
+    t
+}
+
+async fn create_jobs(api: &ApiClient, n: usize) -> Vec<JobPlan> {
+    let mut rng = rand::rng();
+    let mut jobs = Vec::new();
+    for i in 0..n {
+        let body = if i % 5 == 0 {
+            json!({"name": format!("cron {i}"), "job_type": "chaos.noop",
+                   "schedule": {"kind": "cron", "expr": "* * * * * *"}})
+        } else {
+            json!({"name": format!("rate {i}"), "job_type": "chaos.noop",
+                   "schedule": {"kind": "fix_rate", "every_ms": rng.random_range(100..=2000)}})
+        };
+        let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        let every = match job["schedule"]["kind"].as_str() {
+            Some("cron") => chrono::Duration::seconds(1),
+            _ => chrono::Duration::milliseconds(job["schedule"]["every_ms"].as_i64().unwrap()),
+        };
+        jobs.push(JobPlan {
+            id: job["id"].as_i64().unwrap(),
+            first: time(&job["next_fire_at"]),
+            every,
+        });
+    }
+    jobs
+}
+
+async fn disable_all(api: &ApiClient, jobs: &[JobPlan]) {
+    for j in jobs {
+        let (status, body) = api
+            .post_empty(&format!("/api/jobs/{}/disable", j.id))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+}
+
+/// Waits until nothing is scheduled or being published any more.
+async fn wait_quiet(pool: &PgPool) {
+    wait_for(
+        Duration::from_secs(60),
+        "no run left scheduled or publishing",
+        || async move {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM triggers WHERE status IN ('scheduled', 'publishing')",
+            )
+            .fetch_one(pool)
+            .await?;
+            Ok((n == 0).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn every_fire_time_once_while_admins_are_killed_and_paused() {
+    let secs: u64 = std::env::var("CADENZA_SCHED_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40);
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    let mut admins: Vec<(String, AdminHandle)> = Vec::new();
+    for id in ["admin-0", "admin-1", "admin-2"] {
+        admins.push((id.to_owned(), spawn_admin(&cluster, id).await));
+    }
+    let _w1 = cluster
+        .spawn_worker("chaos.noop=noop", "chaos", &[])
+        .await
+        .unwrap();
+    let _w2 = cluster
+        .spawn_worker("chaos.noop=noop", "chaos", &[])
+        .await
+        .unwrap();
+    wait_balanced(&pool, &["admin-0", "admin-1", "admin-2"]).await;
+    let api = admins[0].1.api();
+    let jobs = create_jobs(&api, 200).await;
+
+    let mut rng = rand::rng();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let (mut kills, mut pauses, mut max_takeover, mut generation) = (0, 0, Duration::ZERO, 0);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1000..4000))).await;
+        let victim = rng.random_range(0..admins.len());
+        let (id, handle) = admins[victim].clone();
+        let t0 = Instant::now();
+        if pauses == 0 || rng.random_bool(0.2) {
+            // Paused past its lease: the others take over; when it wakes up it must not publish.
+            handle.pause().unwrap();
+            let took = wait_taken_over(&pool, &id, t0).await;
+            max_takeover = max_takeover.max(took);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            handle.resume().unwrap();
+            pauses += 1;
+        } else {
+            handle.kill_9().unwrap();
+            let took = wait_taken_over(&pool, &id, t0).await;
+            max_takeover = max_takeover.max(took);
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
+            generation += 1;
+            let new_id = format!("admin-{victim}-{generation}");
+            admins[victim] = (new_id.clone(), spawn_admin(&cluster, &new_id).await);
+            kills += 1;
+        }
+    }
+    // Let the cluster settle, then stop the jobs.
+    let ids: Vec<String> = admins.iter().map(|(id, _)| id.clone()).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    wait_balanced(&pool, &ids).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let until = Utc::now() - chrono::Duration::seconds(2);
+    disable_all(&admins[0].1.api(), &jobs).await;
+    wait_quiet(&pool).await;
+
+    let t = tally(&cluster, &pool, &jobs, until).await;
+    println!(
+        "chaos {secs} s: {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}",
+        t.expected, t.published, t.misfired, t.duplicates, t.lost
+    );
+    assert!(t.expected > 1000, "{t:?}");
+    assert_eq!(
+        t.duplicates, 0,
+        "G2: a fire time was published twice: {t:?}"
+    );
+    assert_eq!(
+        t.lost, 0,
+        "G1: fire times neither published nor misfired: {t:?}"
+    );
+    assert!(
+        max_takeover <= TAKEOVER_BOUND,
+        "G5: takeover took {max_takeover:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    let admin = spawn_admin(&cluster, "admin-x").await;
+    let _w = cluster
+        .spawn_worker("chaos.noop=noop", "chaos", &[])
+        .await
+        .unwrap();
+    let api = admin.api();
+    let (status, job) = api
+        .post_json(
+            "/api/jobs",
+            &json!({"name": "steady", "job_type": "chaos.noop",
+            "schedule": {"kind": "fix_rate", "every_ms": 200}, "misfire_threshold_ms": 2000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED);
+    let plan = JobPlan {
+        id: job["id"].as_i64().unwrap(),
+        first: time(&job["next_fire_at"]),
+        every: chrono::Duration::milliseconds(200),
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pool.close().await;
+
+    let down_at = Utc::now();
+    cluster.postgres().stop().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    cluster.postgres().start_again().await.unwrap();
+    let up_at = Utc::now();
+    let pool = cluster.pool().await.unwrap();
+    let api = &api;
+    let id = plan.id;
+    // Runs resume.
+    wait_for(
+        Duration::from_secs(60),
+        "runs after the outage",
+        || async move {
+            let (_, r) = api
+                .get_json(&format!(
+                    "/api/triggers?job_id={id}&status=succeeded&limit=1"
+                ))
+                .await?;
+            let after = r["triggers"][0]["fire_time"]
+                .as_str()
+                .map(|s| time(&json!(s)) > up_at);
+            Ok((after == Some(true)).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let until = Utc::now() - chrono::Duration::seconds(2);
+    disable_all(api, std::slice::from_ref(&plan)).await;
+    wait_quiet(&pool).await;
+
+    // Nothing was published while the lease could not be renewed.
+    let topic = format!("{}.trigger.chaos.noop", cluster.topic_prefix());
+    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let lease_gone = down_at + chrono::Duration::milliseconds(TTL_MS as i64);
+    let during: Vec<DateTime<Utc>> = records
+        .iter()
+        .map(|r| time(&r.payload_json().unwrap()["published_at"]))
+        .filter(|p| *p > lease_gone && *p < up_at)
+        .collect();
+    assert!(during.is_empty(), "published without a lease: {during:?}");
+
+    let t = tally(&cluster, &pool, std::slice::from_ref(&plan), until).await;
+    println!("database outage: {t:?}");
+    assert_eq!((t.duplicates, t.lost), (0, 0), "{t:?}");
+    assert!(
+        t.misfired >= 10,
+        "fire times missed during the outage are recorded misfired: {t:?}"
+    );
+    assert!(
+        admin.log().contains("lease renewal failed"),
+        "the outage is logged"
+    );
+}
+
+/// An admin died after marking two runs `publishing`: one had reached the broker, the other had
+/// not. The next holder reads the partition back to its fence record, records the first as
+/// published where it landed, and sends only the second.
+#[tokio::test]
+async fn a_new_holder_reads_back_what_the_dead_one_sent() {
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    let a = spawn_admin(&cluster, "admin-a").await;
+    let (status, job) = a
+        .api()
+        .post_json(
+            "/api/jobs",
+            &json!({"name": "manual", "job_type": "chaos.noop", "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED);
+    let job_id = job["id"].as_i64().unwrap();
+    wait_balanced(&pool, &["admin-a"]).await;
+    a.kill_9().unwrap();
+
+    let insert = "INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms, route, partition, lease_epoch)
+                  SELECT id, job_type, shard, 'manual', 'publishing', now(), '', block, 0, route, 0, 1 FROM jobs WHERE id = $1 RETURNING id";
+    let landed: i64 = sqlx::query_scalar(insert)
+        .bind(job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let lost: i64 = sqlx::query_scalar(insert)
+        .bind(job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let topic = format!("{}.trigger.chaos.noop", cluster.topic_prefix());
+    let record = json!({"type": "trigger", "trigger_id": landed, "job_id": job_id, "job_type": "chaos.noop",
+        "kind": "manual", "fire_time": Utc::now().to_rfc3339(), "block": "serial_execution",
+        "published_at": Utc::now().to_rfc3339()});
+    let (_, landed_offset) = cadenza_integration::produce(
+        &cluster.brokers(),
+        &topic,
+        Some(0),
+        Some(job_id.to_string().as_bytes()),
+        record.to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+
+    let b = spawn_admin(&cluster, "admin-b").await;
+    let api = &b.api();
+    for id in [landed, lost] {
+        wait_for(
+            Duration::from_secs(30),
+            "the run to be resolved",
+            || async move {
+                let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
+                Ok((r["status"] == "published").then_some(()))
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let (_, r) = api
+        .get_json(&format!("/api/triggers/{landed}"))
+        .await
+        .unwrap();
+    assert_eq!(r["offset"], landed_offset, "recorded where it landed: {r}");
+    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let count = |id: i64| {
+        records
+            .iter()
+            .filter(|r| r.payload_json().unwrap()["trigger_id"].as_i64() == Some(id))
+            .count()
+    };
+    assert_eq!(
+        (count(landed), count(lost)),
+        (1, 1),
+        "each run on the topic once"
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.header_str("cadenza-record") == Some("fence")),
+        "the new holder wrote a fence record"
+    );
+}
+
+async fn runs_of(api: &ApiClient, job: i64) -> Vec<Value> {
+    let (_, body) = api
+        .get_json(&format!("/api/triggers?job_id={job}&limit=1000"))
+        .await
+        .unwrap();
+    let mut runs = body["triggers"].as_array().cloned().unwrap_or_default();
+    runs.sort_by_key(|r| time(&r["fire_time"]));
+    runs
+}
+
+async fn wait_succeeded(api: &ApiClient, job: i64, n: usize) -> Vec<Value> {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("{n} succeeded runs of job {job}"),
+        || async move {
+            let runs: Vec<Value> = runs_of(api, job)
+                .await
+                .into_iter()
+                .filter(|r| r["status"] == "succeeded")
+                .collect();
+            Ok((runs.len() >= n).then_some(runs))
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn create(api: &ApiClient, schedule: Value) -> Value {
+    let (status, job) = api
+        .post_json(
+            "/api/jobs",
+            &json!({"name": "kinds", "job_type": "chaos.noop", "schedule": schedule}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    job
+}
+
+#[tokio::test]
+async fn schedule_kinds_edits_and_disabled_time() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = spawn_admin(&cluster, "admin-k").await;
+    let _w = cluster
+        .spawn_worker("chaos.noop=noop", "chaos", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+
+    // once: one run at its instant, then the job disables itself.
+    let at = DateTime::from_timestamp_millis(Utc::now().timestamp_millis() + 2000).unwrap();
+    let once = create(api, json!({"kind": "once", "at": at.to_rfc3339()})).await;
+    let once_id = once["id"].as_i64().unwrap();
+    let runs = wait_succeeded(api, once_id, 1).await;
+    assert_eq!(time(&runs[0]["fire_time"]), at);
+    assert_eq!(runs[0]["kind"], "once");
+    let (_, job) = api.get_json(&format!("/api/jobs/{once_id}")).await.unwrap();
+    assert_eq!(
+        (job["enabled"].clone(), job["next_fire_at"].clone()),
+        (json!(false), Value::Null),
+        "{job}"
+    );
+
+    // fix_delay: each run fires delay_ms after the previous one finished.
+    let delay = create(api, json!({"kind": "fix_delay", "delay_ms": 700})).await;
+    let delay_id = delay["id"].as_i64().unwrap();
+    let runs = wait_succeeded(api, delay_id, 4).await;
+    for w in runs.windows(2) {
+        let gap = (time(&w[1]["fire_time"]) - time(&w[0]["finished_at"])).num_milliseconds();
+        assert!(
+            (700..1000).contains(&gap),
+            "fire {gap} ms after the previous run finished: {w:?}"
+        );
+    }
+
+    // An edit takes effect at once: from once a minute to every 300 ms.
+    let slow = create(api, json!({"kind": "fix_rate", "every_ms": 60_000})).await;
+    let slow_id = slow["id"].as_i64().unwrap();
+    let edited_at = Utc::now();
+    let (status, job) = api
+        .patch_json(
+            &format!("/api/jobs/{slow_id}"),
+            &json!({"schedule": {"kind": "fix_rate", "every_ms": 300}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{job}");
+    assert!(
+        time(&job["next_fire_at"]) < edited_at + chrono::Duration::seconds(1),
+        "{job}"
+    );
+    let runs = wait_succeeded(api, slow_id, 5).await;
+    assert!(
+        time(&runs[4]["fire_time"]) < edited_at + chrono::Duration::seconds(4),
+        "{runs:?}"
+    );
+
+    // Disabled time never fires, also not as misfires when re-enabled.
+    let cron = create(
+        api,
+        json!({"kind": "cron", "expr": "* * * * * *", "timezone": "Europe/Berlin"}),
+    )
+    .await;
+    let cron_id = cron["id"].as_i64().unwrap();
+    wait_succeeded(api, cron_id, 2).await;
+    let (status, _) = api
+        .post_empty(&format!("/api/jobs/{cron_id}/disable"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let off = Utc::now();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let on = Utc::now();
+    let (status, job) = api
+        .post_empty(&format!("/api/jobs/{cron_id}/enable"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(time(&job["next_fire_at"]) > on, "{job}");
+    let before = runs_of(api, cron_id).await.len();
+    wait_succeeded(api, cron_id, before + 2).await;
+    let during: Vec<Value> = runs_of(api, cron_id)
+        .await
+        .into_iter()
+        .filter(|r| time(&r["fire_time"]) > off && time(&r["fire_time"]) < on)
+        .collect();
+    assert!(during.is_empty(), "runs for the disabled time: {during:?}");
+}

@@ -1,0 +1,210 @@
+//! Helpers shared by the worker scenario tests: jobs, runs, and the results topic read back.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cadenza_integration::{read_topic_idle, wait_for, ApiClient, Cluster, StatusCode};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+pub const TERMINAL: &[&str] = &[
+    "succeeded",
+    "failed",
+    "timed_out",
+    "discarded",
+    "cancelled",
+    "lost",
+    "misfired",
+];
+
+pub async fn create_job(api: &ApiClient, body: Value) -> i64 {
+    let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    job["id"].as_i64().unwrap()
+}
+
+/// Every run of `job`, oldest first.
+pub async fn runs(api: &ApiClient, job: i64) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut before = String::new();
+    loop {
+        let (status, body) = api
+            .get_json(&format!("/api/triggers?job_id={job}&limit=1000{before}"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let page = body["triggers"].as_array().cloned().unwrap_or_default();
+        let Some(last) = page.last().and_then(|r| r["id"].as_i64()) else {
+            break;
+        };
+        let n = page.len();
+        out.extend(page);
+        if n < 1000 {
+            break;
+        }
+        before = format!("&before_id={last}");
+    }
+    out.sort_by_key(|r| r["id"].as_i64());
+    out
+}
+
+pub fn time(v: &Value) -> Option<DateTime<Utc>> {
+    v.as_str()
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+pub fn is_terminal(r: &Value) -> bool {
+    TERMINAL.contains(&r["status"].as_str().unwrap_or(""))
+}
+
+/// Waits until every run of the jobs is terminal; returns them all.
+pub async fn quiesce(api: &ApiClient, jobs: &[i64], timeout: Duration) -> Vec<Value> {
+    wait_for(
+        timeout,
+        "every run to reach a terminal status",
+        || async move {
+            let mut all = Vec::new();
+            for j in jobs {
+                all.extend(runs(api, *j).await);
+            }
+            let open: Vec<&Value> = all.iter().filter(|r| !is_terminal(r)).collect();
+            if !open.is_empty() {
+                eprintln!("{} run(s) not terminal yet, e.g. {}", open.len(), open[0]);
+                return Ok(None);
+            }
+            Ok(Some(all))
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The events of one run on `<prefix>.results`, in publication order.
+#[derive(Debug, Default, Clone)]
+pub struct RunEvents {
+    /// (attempt, worker) of each `started` event.
+    pub started: Vec<(u64, String)>,
+    /// Status of each `finished` event.
+    pub finished: Vec<String>,
+    /// A `started` event that came after a `finished` one: a finished run ran again.
+    pub started_after_finished: bool,
+}
+
+/// Reads the whole results topic back, by trigger id.
+pub async fn results_by_trigger(cluster: &Cluster) -> BTreeMap<i64, RunEvents> {
+    let topic = format!("{}.results", cluster.topic_prefix());
+    let records = read_topic_idle(
+        &cluster.brokers(),
+        &topic,
+        Duration::from_secs(60),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    let mut out: BTreeMap<i64, RunEvents> = BTreeMap::new();
+    // Sorted by (partition, offset); a run's events share a partition (keyed by trigger id).
+    for r in records {
+        let Ok(e) = r.payload_json() else { continue };
+        let Some(id) = e["trigger_id"].as_i64() else {
+            continue;
+        };
+        let ev = out.entry(id).or_default();
+        match e["event"].as_str() {
+            Some("started") => {
+                if !ev.finished.is_empty() {
+                    ev.started_after_finished = true;
+                }
+                ev.started.push((
+                    e["attempt"].as_u64().unwrap_or(0),
+                    e["worker_id"].as_str().unwrap_or("").to_owned(),
+                ));
+            }
+            Some("finished") => ev
+                .finished
+                .push(e["status"].as_str().unwrap_or("").to_owned()),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Counts and violations of G3/G4 over the runs of a scenario.
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub published: usize,
+    pub finished: usize,
+    pub re_executed: usize,
+    /// Runs executed again after their `finished` event was published (G3 violations).
+    pub duplicates: usize,
+    pub problems: Vec<String>,
+}
+
+/// Checks every published run of `runs` against the results topic.
+pub fn audit(runs: &[Value], events: &BTreeMap<i64, RunEvents>) -> Audit {
+    let mut a = Audit::default();
+    for r in runs.iter().filter(|r| !r["offset"].is_null()) {
+        a.published += 1;
+        let id = r["id"].as_i64().unwrap();
+        let status = r["status"].as_str().unwrap_or("");
+        if !is_terminal(r) {
+            a.problems.push(format!("run {id} not terminal: {r}"));
+        }
+        let Some(ev) = events.get(&id) else {
+            a.problems
+                .push(format!("run {id} has no result event: {r}"));
+            continue;
+        };
+        if ev.finished.is_empty() {
+            a.problems.push(format!("run {id} has no finished event"));
+        } else {
+            a.finished += 1;
+        }
+        if ev.finished.iter().any(|s| s != status) {
+            a.problems.push(format!(
+                "run {id}: finished events {:?} disagree with its status {status}",
+                ev.finished
+            ));
+        }
+        if ev.started_after_finished {
+            a.duplicates += 1;
+            a.problems
+                .push(format!("run {id} ran again after it finished: {ev:?}"));
+        }
+        if ev.started.len() > 1 {
+            a.re_executed += 1;
+            for w in ev.started.windows(2) {
+                if w[1].0 <= w[0].0 {
+                    a.problems.push(format!(
+                        "run {id} re-executed without a higher attempt: {ev:?}"
+                    ));
+                }
+            }
+            if r["attempt"].as_u64() != ev.started.last().map(|s| s.0) {
+                a.problems.push(format!(
+                    "run {id}: recorded attempt {} is not the last started one {ev:?}",
+                    r["attempt"]
+                ));
+            }
+        }
+    }
+    a
+}
+
+/// Disables the jobs (no new runs).
+pub async fn disable(api: &ApiClient, jobs: &[i64]) {
+    for j in jobs {
+        let (status, body) = api
+            .post_empty(&format!("/api/jobs/{j}/disable"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+}
+
+/// A job on the `sleep` builtin.
+pub fn sleep_job(name: &str, job_type: &str, ms: u64, schedule: Value) -> Value {
+    json!({"name": name, "job_type": job_type, "params": ms.to_string(), "schedule": schedule})
+}
