@@ -1,7 +1,7 @@
 //! The one place that builds the admin's Kafka clients, and topic management.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use cadenza_schemas::{JobType, Topics};
@@ -27,7 +27,7 @@ pub struct KafkaSettings {
 /// Producer, admin client and the partition counts of trigger topics.
 pub struct KafkaClients {
     pub settings: KafkaSettings,
-    pub producer: FutureProducer,
+    producer: RwLock<FutureProducer>,
     admin: AdminClient<DefaultClientContext>,
     partitions: Mutex<HashMap<JobType, i32>>,
 }
@@ -40,25 +40,58 @@ fn base_config(brokers: &str) -> ClientConfig {
     c
 }
 
+/// The idempotent producer for triggers, fences and DLQ records.
+fn new_producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
+    Ok(base_config(&settings.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set(
+            "message.timeout.ms",
+            settings.message_timeout_ms.to_string(),
+        )
+        .set(
+            "request.timeout.ms",
+            settings.message_timeout_ms.to_string(),
+        )
+        .create()?)
+}
+
 impl KafkaClients {
+    /// The producer (a cheap handle).
+    pub fn producer(&self) -> FutureProducer {
+        self.producer
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the producer when it hit a fatal error (an idempotent producer that was fenced,
+    /// e.g. after the process was paused past its delivery timeout, refuses every send after).
+    /// Returns whether it was replaced.
+    pub fn renew_producer_if_fatal(&self) -> bool {
+        let Some((code, reason)) = self.producer().client().fatal_error() else {
+            return false;
+        };
+        match new_producer(&self.settings) {
+            Ok(fresh) => {
+                tracing::warn!(?code, %reason, "the producer failed fatally; replaced it");
+                *self.producer.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the producer failed fatally and could not be replaced");
+                false
+            }
+        }
+    }
+
     pub fn new(settings: KafkaSettings) -> anyhow::Result<Self> {
-        let producer: FutureProducer = base_config(&settings.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "1")
-            .set(
-                "message.timeout.ms",
-                settings.message_timeout_ms.to_string(),
-            )
-            .set(
-                "request.timeout.ms",
-                settings.message_timeout_ms.to_string(),
-            )
-            .create()?;
+        let producer = new_producer(&settings)?;
         let admin: AdminClient<DefaultClientContext> = base_config(&settings.brokers).create()?;
         Ok(Self {
             settings,
-            producer,
+            producer: RwLock::new(producer),
             admin,
             partitions: Mutex::new(HashMap::new()),
         })
@@ -175,7 +208,7 @@ impl KafkaClients {
     }
 
     async fn fetch_partition_count(&self, topic: &str) -> anyhow::Result<i32> {
-        let producer = self.producer.clone();
+        let producer = self.producer();
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
             let md = producer

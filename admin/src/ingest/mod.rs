@@ -77,7 +77,7 @@ pub(crate) async fn to_dlq(
     };
     let topic = kafka.topics().dlq();
     let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).payload(&payload);
-    if let Err((e, _)) = kafka.producer.send(record, Duration::from_secs(5)).await {
+    if let Err((e, _)) = kafka.producer().send(record, Duration::from_secs(5)).await {
         tracing::error!(error = %e, "could not write to the DLQ");
     }
 }

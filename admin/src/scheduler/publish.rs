@@ -99,9 +99,27 @@ impl Publisher {
         if routed.is_empty() {
             return Ok(outcome);
         }
-        // 1. Ledger.
+        let before = routed.len();
+        // 1. Ledger, in one transaction with the check of the shards' leases.
+        let mut shard_epochs: Vec<(i32, i64)> = routed
+            .iter()
+            .map(|(t, _, e)| (t.shard as i32, *e))
+            .collect();
+        shard_epochs.sort_unstable();
+        shard_epochs.dedup();
+        let (shards, epochs): (Vec<i32>, Vec<i64>) = shard_epochs.into_iter().unzip();
+        let mut tx = self.ctx.pool.begin().await?;
+        let valid: std::collections::HashSet<i32> =
+            sqlx::query_scalar::<_, i32>(sql!("lease/check"))
+                .bind(&self.ctx.admin_id)
+                .bind(&shards)
+                .bind(&epochs)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        routed.retain(|(t, _, _)| valid.contains(&(t.shard as i32)));
         let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
-            .bind(&self.ctx.admin_id)
             .bind(routed.iter().map(|(t, _, _)| t.id.0).collect::<Vec<_>>())
             .bind(
                 routed
@@ -116,10 +134,11 @@ impl Publisher {
                     .collect::<Vec<_>>(),
             )
             .bind(routed.iter().map(|(_, _, e)| *e).collect::<Vec<_>>())
-            .fetch_all(&self.ctx.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         let claimed: std::collections::HashSet<i64> = claimed.into_iter().collect();
-        outcome.skipped += routed.len() - claimed.len();
+        outcome.skipped += before - claimed.len();
         routed.retain(|(t, _, _)| claimed.contains(&t.id.0));
         // 2. Send, only while the lease is valid by our clock: checked right before each
         //    message is handed to the producer, whose delivery timeout is shorter than the margin.
@@ -128,6 +147,8 @@ impl Publisher {
         };
         let topics = self.ctx.kafka.topics();
         let now = Utc::now();
+        self.ctx.kafka.renew_producer_if_fatal();
+        let producer = self.ctx.kafka.producer();
         let mut sends = Vec::with_capacity(routed.len());
         let mut unsent = 0;
         for (t, route, _) in &routed {
@@ -168,7 +189,7 @@ impl Publisher {
                 .key(&key)
                 .payload(&payload)
                 .headers(headers);
-            match self.ctx.kafka.producer.send_result(record) {
+            match producer.send_result(record) {
                 Ok(delivery) => sends.push((t, delivery)),
                 Err((e, _)) => {
                     tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");

@@ -183,6 +183,7 @@ async fn write_fence(
         written_at: Utc::now(),
     });
     let payload = serde_json::to_vec(&fence)?;
+    ctx.kafka.renew_producer_if_fatal();
     let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic)
         .partition(partition)
         .payload(payload.as_slice())
@@ -192,7 +193,7 @@ async fn write_fence(
         }));
     match ctx
         .kafka
-        .producer
+        .producer()
         .send(record, Duration::from_secs(10))
         .await
     {
