@@ -1,18 +1,20 @@
 //! Publication: ledger before send, send, record after delivery.
 //!
-//! 1. Due triggers are marked `publishing` with their partition, in one statement that checks
+//! 1. Due triggers are marked `publishing` with their partition, in one transaction that checks
 //!    this admin still holds each trigger's shard at the epoch it knows.
 //! 2. They are produced (idempotent producer, `acks=all`) only while the lease is valid by this
 //!    admin's clock; the producer's delivery timeout is shorter than the lease margin, so nothing
 //!    lands after the lease could have passed to another admin.
 //! 3. Delivered ones are recorded `published` with partition and offset, in one statement.
-
+//!
+//! Step 3 of a batch overlaps steps 1–2 of the next ones (up to [`MAX_BATCHES_IN_FLIGHT`]), so
+//! a trigger due while a batch waits for its acknowledgements is not delayed by it.
 use std::sync::Arc;
 
 use cadenza_schemas::{TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
 use chrono::Utc;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
+use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::{PendingTrigger, SchedulerContext};
@@ -20,6 +22,15 @@ use crate::route::Router;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
+/// Batches sent and not yet recorded.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
+
+/// A batch handed to the producer, waiting for its acknowledgements.
+pub struct InFlight {
+    sends: Vec<(i64, chrono::DateTime<Utc>, DeliveryFuture)>,
+    sent_at: chrono::DateTime<Utc>,
+    outcome: PublishOutcome,
+}
 
 pub struct Publisher {
     ctx: Arc<SchedulerContext>,
@@ -53,33 +64,54 @@ impl Publisher {
         }
     }
 
-    /// Publishes due triggers until `stop`; the batch in flight is finished first.
+    /// Publishes due triggers until `stop`; batches in flight are recorded first.
     pub async fn run(self, stop: CancellationToken) {
+        let mut in_flight = tokio::task::JoinSet::new();
         loop {
+            while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
+                in_flight.join_next().await;
+            }
+            while in_flight.try_join_next().is_some() {}
             let batch = self.ctx.wheel.next_due(MAX_BATCH, &stop).await;
             if batch.is_empty() {
                 if stop.is_cancelled() {
-                    return;
+                    break;
                 }
                 continue;
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
-            match self.publish(batch).await {
-                Ok(o) if o.failed > 0 => tracing::warn!(
-                    ?o,
-                    "some triggers could not be published; they will be retried"
-                ),
-                Ok(_) => {}
+            match self.send(batch).await {
+                Ok(sent) => {
+                    let ctx = self.ctx.clone();
+                    in_flight.spawn(async move {
+                        match record(&ctx, sent).await {
+                            Ok(o) if o.failed > 0 => tracing::warn!(
+                                ?o,
+                                "some triggers could not be published; they are read back and retried"
+                            ),
+                            Ok(_) => {}
+                            Err(e) => tracing::error!(error = %e, "recording a publication batch failed; it is read back"),
+                        }
+                        ctx.wheel.settle(ids);
+                    });
+                }
                 Err(e) => {
-                    tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled")
+                    tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled");
+                    self.ctx.wheel.settle(ids);
                 }
             }
-            self.ctx.wheel.settle(ids);
         }
+        while in_flight.join_next().await.is_some() {}
     }
 
-    /// Publishes one batch of due triggers.
+    /// Publishes one batch of due triggers and records the outcome.
     pub async fn publish(&self, batch: Vec<PendingTrigger>) -> anyhow::Result<PublishOutcome> {
+        let sent = self.send(batch).await?;
+        record(&self.ctx, sent).await
+    }
+
+    /// Steps 1 and 2 for one batch: ledger, then hand the messages to the producer.
+    pub async fn send(&self, batch: Vec<PendingTrigger>) -> anyhow::Result<InFlight> {
         let mut outcome = PublishOutcome::default();
         // Route, and keep only triggers of shards held right now.
         let mut routed = Vec::with_capacity(batch.len());
@@ -97,7 +129,11 @@ impl Publisher {
             routed.push((t, route, epoch));
         }
         if routed.is_empty() {
-            return Ok(outcome);
+            return Ok(InFlight {
+                sends: Vec::new(),
+                sent_at: Utc::now(),
+                outcome,
+            });
         }
         let before = routed.len();
         // 1. Ledger, in one transaction with the check of the shards' leases.
@@ -143,7 +179,12 @@ impl Publisher {
         // 2. Send, only while the lease is valid by our clock: checked right before each
         //    message is handed to the producer, whose delivery timeout is shorter than the margin.
         let Some(valid_until) = self.ctx.leases.valid_until() else {
-            return Ok(outcome);
+            outcome.failed = routed.len();
+            return Ok(InFlight {
+                sends: Vec::new(),
+                sent_at: Utc::now(),
+                outcome,
+            });
         };
         let topics = self.ctx.kafka.topics();
         let now = Utc::now();
@@ -190,7 +231,7 @@ impl Publisher {
                 .payload(&payload)
                 .headers(headers);
             match producer.send_result(record) {
-                Ok(delivery) => sends.push((t, delivery)),
+                Ok(delivery) => sends.push((t.id.0, t.fire_time, delivery)),
                 Err((e, _)) => {
                     tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
                     unsent += 1;
@@ -200,42 +241,54 @@ impl Publisher {
         if unsent > 0 {
             tracing::warn!(count = unsent, "not sent (lease ran out or producer refused); the rows stay publishing and are resolved by read-back");
         }
-        // 3. Record.
-        let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
-        let mut failed = unsent;
-        let mut max_lateness = 0;
-        for (t, delivery) in sends {
-            match delivery.await {
-                Ok(Ok(d)) => {
-                    ok_id.push(t.id.0);
-                    ok_part.push(d.partition);
-                    ok_off.push(d.offset);
-                    max_lateness = max_lateness.max((now - t.fire_time).num_milliseconds());
-                }
-                Ok(Err((e, _))) => {
-                    tracing::warn!(trigger_id = t.id.0, error = %e, "send failed");
-                    failed += 1;
-                }
-                Err(_) => failed += 1,
-            }
-        }
-        if !ok_id.is_empty() {
-            sqlx::query(sql!("publish/mark_published"))
-                .bind(&ok_id)
-                .bind(&ok_part)
-                .bind(&ok_off)
-                .execute(&self.ctx.pool)
-                .await?;
-        }
-        // Failed sends stay `publishing`: a send that timed out may still have landed, so the
-        // sweep reads the partition back before sending again.
-        outcome.failed = failed;
-        tracing::debug!(
-            published = ok_id.len(),
-            max_lateness_ms = max_lateness,
-            "published"
-        );
-        outcome.published = ok_id.len();
-        Ok(outcome)
+        outcome.failed = unsent;
+        Ok(InFlight {
+            sends,
+            sent_at: now,
+            outcome,
+        })
     }
+}
+
+/// Step 3: waits for the acknowledgements of a batch and records the delivered triggers
+/// `published`. Failed sends stay `publishing`: one that timed out may still have landed, so the
+/// sweep reads the partition back before sending again.
+pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<PublishOutcome> {
+    let InFlight {
+        sends,
+        sent_at,
+        mut outcome,
+    } = batch;
+    let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
+    let mut max_lateness = 0;
+    for (id, fire_time, delivery) in sends {
+        match delivery.await {
+            Ok(Ok(d)) => {
+                ok_id.push(id);
+                ok_part.push(d.partition);
+                ok_off.push(d.offset);
+                max_lateness = max_lateness.max((sent_at - fire_time).num_milliseconds());
+            }
+            Ok(Err((e, _))) => {
+                tracing::warn!(trigger_id = id, error = %e, "send failed");
+                outcome.failed += 1;
+            }
+            Err(_) => outcome.failed += 1,
+        }
+    }
+    if !ok_id.is_empty() {
+        sqlx::query(sql!("publish/mark_published"))
+            .bind(&ok_id)
+            .bind(&ok_part)
+            .bind(&ok_off)
+            .execute(&ctx.pool)
+            .await?;
+    }
+    outcome.published = ok_id.len();
+    tracing::debug!(
+        published = outcome.published,
+        max_lateness_ms = max_lateness,
+        "published"
+    );
+    Ok(outcome)
 }
