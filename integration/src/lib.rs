@@ -47,6 +47,7 @@ mod cluster;
 mod kafka;
 mod postgres;
 mod process;
+mod runs;
 mod util;
 mod wait;
 
@@ -62,5 +63,6 @@ pub use nix::sys::signal::Signal;
 pub use postgres::Postgres;
 pub use process::ProcessHandle;
 pub use reqwest::{Method, StatusCode};
+pub use runs::json_time;
 pub use util::{free_port, random_hex, wait_for_port};
 pub use wait::{wait_for, wait_until};

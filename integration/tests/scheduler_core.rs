@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use cadenza_integration::{
-    read_topic, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
+    json_time, read_topic, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
 };
 use chrono::{DateTime, Utc};
 use rand::Rng;
@@ -123,10 +123,7 @@ async fn shards_are_shared_and_taken_over_after_a_crash() {
 }
 
 fn time(v: &Value) -> DateTime<Utc> {
-    v.as_str()
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_else(|| panic!("not a time: {v}"))
+    json_time(v).unwrap()
 }
 
 struct JobPlan {

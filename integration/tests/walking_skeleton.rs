@@ -5,25 +5,18 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{read_topic, wait_for, ApiClient, Cluster, StatusCode};
+use cadenza_integration::{json_time, read_topic, wait_for, ApiClient, Cluster, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 async fn create_job(api: &ApiClient, body: Value) -> i64 {
-    let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    job["id"].as_i64().unwrap()
+    api.create_job(&body).await.unwrap()
 }
 
 async fn runs(api: &ApiClient, query: &str) -> Vec<Value> {
-    let (status, body) = api
-        .get_json(&format!("/api/triggers?{query}"))
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
-    body["triggers"].as_array().cloned().unwrap_or_default()
+    api.runs(query).await.unwrap()
 }
 
 /// Waits until the job has at least `n` runs with `status`, and returns them.
@@ -32,7 +25,9 @@ async fn wait_runs(api: &ApiClient, job: i64, status: &str, n: usize) -> Vec<Val
         WAIT,
         &format!("{n} {status} runs of job {job}"),
         || async move {
-            let r = runs(api, &format!("job_id={job}&status={status}&limit=1000")).await;
+            let r = api
+                .runs(&format!("job_id={job}&status={status}&limit=1000"))
+                .await?;
             Ok((r.len() >= n).then_some(r))
         },
     )
@@ -41,10 +36,7 @@ async fn wait_runs(api: &ApiClient, job: i64, status: &str, n: usize) -> Vec<Val
 }
 
 fn time(v: &Value) -> DateTime<Utc> {
-    v.as_str()
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_else(|| panic!("not a time: {v}"))
+    json_time(v).unwrap()
 }
 
 #[tokio::test]
@@ -373,17 +365,8 @@ async fn result_ingest_is_idempotent_and_refuses_garbage() {
         json!({"name": "once now", "job_type": "demo.echo", "schedule": {"kind": "none"}}),
     )
     .await;
-    let (_, body) = api
-        .post_empty(&format!("/api/jobs/{job}/trigger"))
-        .await
-        .unwrap();
-    let id = body["trigger_ids"][0].as_i64().unwrap();
-    let run = wait_for(WAIT, "the run to succeed", || async move {
-        let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
-        Ok((r["status"] == "succeeded").then_some(r))
-    })
-    .await
-    .unwrap();
+    let id = api.trigger_now(job).await.unwrap();
+    let run = api.wait_run_status(id, "succeeded", WAIT).await.unwrap();
 
     // A late, contradicting `finished` event for the same run, then garbage, then a marker
     // event for another run: once the marker is applied, the earlier two were seen.
@@ -410,17 +393,10 @@ async fn result_ingest_is_idempotent_and_refuses_garbage() {
     )
     .await
     .unwrap();
-    let (_, body) = api
-        .post_empty(&format!("/api/jobs/{job}/trigger"))
+    let marker = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(marker, "succeeded", WAIT)
         .await
         .unwrap();
-    let marker = body["trigger_ids"][0].as_i64().unwrap();
-    wait_for(WAIT, "the marker run to succeed", || async move {
-        let (_, r) = api.get_json(&format!("/api/triggers/{marker}")).await?;
-        Ok((r["status"] == "succeeded").then_some(()))
-    })
-    .await
-    .unwrap();
     let (_, again) = api.get_json(&format!("/api/triggers/{id}")).await.unwrap();
     assert_eq!(again["status"], "succeeded");
     assert_eq!(again["worker_id"], run["worker_id"]);

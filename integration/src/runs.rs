@@ -1,0 +1,67 @@
+//! Jobs and runs through the API, as scenario tests use them.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+use crate::api::ApiClient;
+use crate::wait::wait_for;
+
+/// An RFC 3339 time from a JSON value, such as a run's `fire_time`.
+pub fn json_time(v: &Value) -> Result<DateTime<Utc>> {
+    let s = v
+        .as_str()
+        .with_context(|| format!("not a string time: {v}"))?;
+    Ok(DateTime::parse_from_rfc3339(s)
+        .with_context(|| format!("not an RFC 3339 time: {s}"))?
+        .with_timezone(&Utc))
+}
+
+impl ApiClient {
+    /// `POST /api/jobs`; the new job's id (an error unless the admin answers 201).
+    pub async fn create_job(&self, body: &Value) -> Result<i64> {
+        let (status, job) = self.post_json("/api/jobs", body).await?;
+        if status != StatusCode::CREATED {
+            bail!("POST /api/jobs answered {status}: {job}");
+        }
+        job["id"]
+            .as_i64()
+            .with_context(|| format!("no id in {job}"))
+    }
+
+    /// `POST /api/jobs/{job}/trigger`; the first trigger id (an error unless 202).
+    pub async fn trigger_now(&self, job: i64) -> Result<i64> {
+        let (status, body) = self.post_empty(&format!("/api/jobs/{job}/trigger")).await?;
+        if status != StatusCode::ACCEPTED {
+            bail!("POST /api/jobs/{job}/trigger answered {status}: {body}");
+        }
+        body["trigger_ids"][0]
+            .as_i64()
+            .with_context(|| format!("no trigger id in {body}"))
+    }
+
+    /// `GET /api/triggers?<query>`: the runs, newest first.
+    pub async fn runs(&self, query: &str) -> Result<Vec<Value>> {
+        let (status, body) = self.get_json(&format!("/api/triggers?{query}")).await?;
+        if status != StatusCode::OK {
+            bail!("GET /api/triggers?{query} answered {status}: {body}");
+        }
+        Ok(body["triggers"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Waits until run `id` has `status` and returns it.
+    pub async fn wait_run_status(&self, id: i64, status: &str, timeout: Duration) -> Result<Value> {
+        wait_for(
+            timeout,
+            &format!("run {id} to be {status}"),
+            || async move {
+                let (_, r) = self.get_json(&format!("/api/triggers/{id}")).await?;
+                Ok((r["status"] == status).then_some(r))
+            },
+        )
+        .await
+    }
+}
