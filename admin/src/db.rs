@@ -9,9 +9,17 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Connects lazily: the admin starts (and serves `/healthz`) while the database is down, and
 /// every query reports the outage as an error instead.
-pub fn pool(database_url: &str) -> Result<PgPool, sqlx::Error> {
+///
+/// `idle_transaction_ms` bounds how long a session may sit in an open transaction without
+/// sending anything: an admin that is paused (or hangs) inside a scheduling transaction would
+/// otherwise keep its row locks, and with them the shards it is about to lose, from the admin
+/// that takes them over. The server ends such a session and the locks go with it.
+pub fn pool(database_url: &str, idle_transaction_ms: u64) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = database_url.parse()?;
-    let options = options.application_name("cadenza-admin");
+    let options = options.application_name("cadenza-admin").options([(
+        "idle_in_transaction_session_timeout",
+        idle_transaction_ms.to_string(),
+    )]);
     Ok(PgPoolOptions::new()
         .max_connections(16)
         .acquire_timeout(Duration::from_secs(5))

@@ -44,7 +44,12 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         .validate()
         .map_err(|m| anyhow::anyhow!("invalid configuration: {m}"))?;
     let admin_id = config.admin_id();
-    let pool = db::pool(&config.database_url)?;
+    // As long as the lease margin: a paused admin's open transaction cannot hold its shards'
+    // rows past the time its lease has run out.
+    let pool = db::pool(
+        &config.database_url,
+        config.scheduler.lease_margin_ms.max(500),
+    )?;
 
     // The database may still be starting: retry the migration until it answers.
     let mut delay = Duration::from_millis(200);
