@@ -51,6 +51,9 @@ pub struct AdminConfig {
 
     #[command(flatten)]
     pub scheduler: SchedulerArgs,
+
+    #[command(flatten)]
+    pub alarms: crate::alarm::AlarmConfig,
 }
 
 /// Timing of leases, scans and publication.
@@ -75,6 +78,11 @@ pub struct SchedulerArgs {
     /// Jobs claimed per scan transaction.
     #[arg(long, env = "CADENZA_SCAN_BATCH", default_value_t = 1_000)]
     pub scan_batch: i64,
+    /// A run still `running` this long past its timeout (its start, without one), while its
+    /// worker is dead, is recorded `lost`, in ms. Longer than a consumer group takes to hand a
+    /// dead worker's partitions to another (which runs it again) by default.
+    #[arg(long, env = "CADENZA_LOST_GRACE_MS", default_value_t = 60_000)]
+    pub lost_grace_ms: u64,
 }
 
 impl SchedulerArgs {

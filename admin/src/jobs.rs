@@ -11,6 +11,55 @@ pub const DEFAULT_MISFIRE_THRESHOLD_MS: i64 = 5_000;
 const MAX_NAME_LEN: usize = 200;
 const MAX_PARAMS_LEN: usize = 256 * 1024;
 const MAX_RETRIES: i32 = 100;
+/// Longest retry backoff (and cap) accepted: 30 days.
+const MAX_BACKOFF_MS: i64 = 30 * 24 * 3_600_000;
+/// Default cap of an exponential backoff: one hour.
+pub const DEFAULT_BACKOFF_MAX_MS: i64 = 3_600_000;
+const MAX_ALARM_EMAILS: usize = 20;
+
+/// How the wait before a retry grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backoff {
+    /// `retry_backoff_ms` before every retry.
+    #[default]
+    Fixed,
+    /// `retry_backoff_ms × 2^(n−1)` before retry n, at most `retry_backoff_max_ms`.
+    Exponential,
+}
+
+impl Backoff {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backoff::Fixed => "fixed",
+            Backoff::Exponential => "exponential",
+        }
+    }
+
+    /// The wait before retry `n` (1-based), in milliseconds.
+    pub fn delay_ms(self, base_ms: i64, max_ms: i64, n: u32) -> i64 {
+        match self {
+            Backoff::Fixed => base_ms,
+            Backoff::Exponential => {
+                let factor = 1i64.checked_shl(n.saturating_sub(1)).unwrap_or(i64::MAX);
+                base_ms.saturating_mul(factor).min(max_ms)
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Backoff {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fixed" => Ok(Backoff::Fixed),
+            "exponential" => Ok(Backoff::Exponential),
+            other => Err(format!(
+                "{other:?} is not a backoff: use fixed or exponential"
+            )),
+        }
+    }
+}
 
 /// A job as the API accepts it (create, or the merged result of an update).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,7 +85,17 @@ pub struct JobSpec {
     #[serde(default)]
     pub retry_backoff_ms: i64,
     #[serde(default)]
+    pub retry_backoff: Backoff,
+    #[serde(default = "default_backoff_max")]
+    pub retry_backoff_max_ms: i64,
+    #[serde(default)]
     pub children: Vec<JobId>,
+    /// URL that receives a JSON POST for every failed run (failed, timed out, lost).
+    #[serde(default)]
+    pub alarm_webhook: Option<String>,
+    /// Addresses that receive an e-mail for every failed run (needs `CADENZA_SMTP_URL`).
+    #[serde(default)]
+    pub alarm_emails: Vec<String>,
     #[serde(default = "default_enabled")]
     pub enabled: bool,
 }
@@ -52,6 +111,9 @@ fn default_misfire() -> MisfireStrategy {
 }
 fn default_threshold() -> i64 {
     DEFAULT_MISFIRE_THRESHOLD_MS
+}
+fn default_backoff_max() -> i64 {
+    DEFAULT_BACKOFF_MAX_MS
 }
 fn default_enabled() -> bool {
     true
@@ -119,11 +181,47 @@ impl JobSpec {
                 format!("must be between 0 and {MAX_RETRIES}; got {}", self.retries),
             ));
         }
-        if self.retry_backoff_ms < 0 {
+        for (field, v) in [
+            ("retry_backoff_ms", self.retry_backoff_ms),
+            ("retry_backoff_max_ms", self.retry_backoff_max_ms),
+        ] {
+            if !(0..=MAX_BACKOFF_MS).contains(&v) {
+                return Err(FieldError::new(
+                    field,
+                    format!("must be between 0 and {MAX_BACKOFF_MS} (30 days); got {v}"),
+                ));
+            }
+        }
+        if let Some(url) = &self.alarm_webhook {
+            let ok = (url.starts_with("http://") || url.starts_with("https://"))
+                && url.len() <= 2048
+                && !url.chars().any(char::is_whitespace);
+            if !ok {
+                return Err(FieldError::new(
+                    "alarm_webhook",
+                    format!("{url:?} is not an http:// or https:// URL"),
+                ));
+            }
+        }
+        if self.alarm_emails.len() > MAX_ALARM_EMAILS {
             return Err(FieldError::new(
-                "retry_backoff_ms",
-                format!("must not be negative; got {}", self.retry_backoff_ms),
+                "alarm_emails",
+                format!("at most {MAX_ALARM_EMAILS} addresses"),
             ));
+        }
+        for (i, a) in self.alarm_emails.iter().enumerate() {
+            let valid = a
+                .split_once('@')
+                .is_some_and(|(user, host)| !user.is_empty() && host.contains('.'))
+                && !a
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == ',' || c == '<' || c == '>');
+            if !valid {
+                return Err(FieldError::new(
+                    format!("alarm_emails[{i}]"),
+                    format!("{a:?} is not an e-mail address"),
+                ));
+            }
         }
         Ok(JobSchedule::parse(&self.schedule, now)?)
     }
@@ -156,7 +254,11 @@ pub struct JobRow {
     pub timeout_ms: i64,
     pub retries: i32,
     pub retry_backoff_ms: i64,
+    pub retry_backoff: String,
+    pub retry_backoff_max_ms: i64,
     pub children: Vec<i64>,
+    pub alarm_webhook: Option<String>,
+    pub alarm_emails: Vec<String>,
     pub enabled: bool,
     pub shard: i32,
     pub next_fire_at: Option<DateTime<Utc>>,
@@ -182,7 +284,11 @@ impl TryFrom<JobRow> for Job {
                 timeout_ms: r.timeout_ms,
                 retries: r.retries,
                 retry_backoff_ms: r.retry_backoff_ms,
+                retry_backoff: r.retry_backoff.parse().map_err(anyhow::Error::msg)?,
+                retry_backoff_max_ms: r.retry_backoff_max_ms,
                 children: r.children.into_iter().map(JobId).collect(),
+                alarm_webhook: r.alarm_webhook,
+                alarm_emails: r.alarm_emails,
                 enabled: r.enabled,
             },
             shard: r.shard,
@@ -209,6 +315,30 @@ mod tests {
         assert_eq!(s.misfire, MisfireStrategy::DoNothing);
         assert_eq!(s.misfire_threshold_ms, 5000);
         assert!(s.enabled);
+        assert!(s.validate(Utc::now()).is_ok());
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        assert_eq!(Backoff::Fixed.delay_ms(500, 1000, 7), 500);
+        let e = Backoff::Exponential;
+        let d: Vec<i64> = (1..=5).map(|n| e.delay_ms(500, 5000, n)).collect();
+        assert_eq!(d, vec![500, 1000, 2000, 4000, 5000]);
+        assert_eq!(
+            e.delay_ms(MAX_BACKOFF_MS, MAX_BACKOFF_MS, 100),
+            MAX_BACKOFF_MS
+        );
+    }
+
+    #[test]
+    fn alarm_targets_are_checked() {
+        let mut s = spec(r#"{"name":"n","job_type":"demo.echo","schedule":{"kind":"none"}}"#);
+        s.alarm_webhook = Some("ftp://x".into());
+        assert_eq!(s.validate(Utc::now()).unwrap_err().field, "alarm_webhook");
+        s.alarm_webhook = Some("http://127.0.0.1:9/hook".into());
+        s.alarm_emails = vec!["ops@example.com".into(), "nobody".into()];
+        assert_eq!(s.validate(Utc::now()).unwrap_err().field, "alarm_emails[1]");
+        s.alarm_emails.pop();
         assert!(s.validate(Utc::now()).is_ok());
     }
 

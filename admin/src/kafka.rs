@@ -4,13 +4,15 @@ use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use cadenza_schemas::{JobType, Topics};
+use cadenza_schemas::{JobType, Topics, TriggerRecord};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::StreamConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::ClientConfig;
+use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 
 /// Settings of the admin's Kafka clients.
@@ -57,7 +59,74 @@ fn new_producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
         .create()?)
 }
 
+/// A record read back from a trigger topic.
+#[derive(Debug, Clone)]
+pub struct ReadRecord {
+    pub offset: i64,
+    /// `None` for a record that is not a trigger record (unreadable); fences are `Some(Fence)`.
+    pub record: Option<TriggerRecord>,
+}
+
 impl KafkaClients {
+    /// Reads `topic`/`partition` from `start` (the beginning when `None`) through offset `last`
+    /// (inclusive), with a consumer of its own that joins no group and commits nothing. Fails
+    /// when offset `last` is not reached within `timeout` (e.g. it is past the end).
+    pub async fn read_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        start: Option<i64>,
+        last: i64,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<ReadRecord>> {
+        let mut config = base_config(&self.settings.brokers);
+        config
+            .set(
+                "group.id",
+                format!("cadenza-read-{:016x}", rand::random::<u64>()),
+            )
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "10");
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = config.create()?;
+            let mut tpl = TopicPartitionList::new();
+            let from = start.map(Offset::Offset).unwrap_or(Offset::Beginning);
+            tpl.add_partition_offset(&topic, partition, from)?;
+            consumer.assign(&tpl)?;
+            let deadline = std::time::Instant::now() + timeout;
+            let mut out = Vec::new();
+            if start.is_some_and(|s| s > last) {
+                return Ok(out);
+            }
+            loop {
+                if std::time::Instant::now() > deadline {
+                    anyhow::bail!(
+                        "reading {topic}/{partition} through offset {last} took longer than {timeout:?}"
+                    );
+                }
+                let Some(msg) = consumer.poll(Duration::from_millis(100)) else {
+                    continue;
+                };
+                let msg = msg?;
+                if msg.offset() > last {
+                    return Ok(out);
+                }
+                out.push(ReadRecord {
+                    offset: msg.offset(),
+                    record: msg
+                        .payload()
+                        .and_then(|p| serde_json::from_slice::<TriggerRecord>(p).ok()),
+                });
+                if msg.offset() == last {
+                    return Ok(out);
+                }
+            }
+        })
+        .await?
+    }
+
     /// The producer (a cheap handle).
     pub fn producer(&self) -> FutureProducer {
         self.producer

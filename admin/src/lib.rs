@@ -16,12 +16,16 @@ macro_rules! sql {
     };
 }
 
+pub mod alarm;
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod db;
 pub mod ingest;
 pub mod jobs;
 pub mod kafka;
+pub mod outcome;
+pub mod replay;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
@@ -104,9 +108,15 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     tracker.spawn(ingest::results::run(
         pool.clone(),
         kafka.clone(),
+        registry.clone(),
         admin_id.clone(),
         shutdown.clone(),
     ));
+    let alarms = Arc::new(alarm::AlarmSender::new(
+        pool.clone(),
+        config.alarms.clone(),
+    )?);
+    tracker.spawn(alarms.run(shutdown.clone()));
     tracker.spawn(ingest::heartbeats::run(
         pool.clone(),
         kafka.clone(),

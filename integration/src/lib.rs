@@ -47,6 +47,7 @@ mod cluster;
 mod kafka;
 mod postgres;
 mod process;
+mod receiver;
 mod runs;
 mod util;
 mod wait;
@@ -62,6 +63,7 @@ pub use kafka::{
 pub use nix::sys::signal::Signal;
 pub use postgres::Postgres;
 pub use process::ProcessHandle;
+pub use receiver::{Received, Receiver};
 pub use reqwest::{Method, StatusCode};
 pub use runs::json_time;
 pub use util::{free_port, random_hex, wait_for_port};

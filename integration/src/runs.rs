@@ -1,5 +1,6 @@
 //! Jobs and runs through the API, as scenario tests use them.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -60,6 +61,61 @@ impl ApiClient {
             || async move {
                 let (_, r) = self.get_json(&format!("/api/triggers/{id}")).await?;
                 Ok((r["status"] == status).then_some(r))
+            },
+        )
+        .await
+    }
+
+    /// Live workers and their partitions of `topic`, as `GET /api/workers` shows them.
+    pub async fn assignment(&self, topic: &str) -> Result<BTreeMap<String, Vec<i64>>> {
+        let (status, body) = self.get_json("/api/workers").await?;
+        if status != StatusCode::OK {
+            bail!("GET /api/workers answered {status}: {body}");
+        }
+        let mut out = BTreeMap::new();
+        for w in body["workers"].as_array().cloned().unwrap_or_default() {
+            if w["alive"] != true {
+                continue;
+            }
+            let parts: Vec<i64> = w["assignments"][topic]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_i64).collect())
+                .unwrap_or_default();
+            out.insert(
+                w["worker_id"].as_str().unwrap_or_default().to_owned(),
+                parts,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Waits until exactly `live` are live and hold all `partitions` partitions of `topic`
+    /// between them, each at least one, none twice: the group has settled and the registry
+    /// knows it.
+    pub async fn wait_assignment(
+        &self,
+        topic: &str,
+        live: &[String],
+        partitions: usize,
+        timeout: Duration,
+    ) -> Result<()> {
+        let want: BTreeSet<String> = live.iter().cloned().collect();
+        wait_for(
+            timeout,
+            &format!("registry to show {live:?} sharing {topic}"),
+            || {
+                let want = want.clone();
+                async move {
+                    let a = self.assignment(topic).await?;
+                    let ids: BTreeSet<String> = a.keys().cloned().collect();
+                    let all: Vec<i64> = a.values().flatten().copied().collect();
+                    let distinct: BTreeSet<i64> = all.iter().copied().collect();
+                    let settled = ids == want
+                        && a.values().all(|p| !p.is_empty())
+                        && all.len() == partitions
+                        && distinct.len() == partitions;
+                    Ok(settled.then_some(()))
+                }
             },
         )
         .await

@@ -80,51 +80,12 @@ async fn create_job(api: &ApiClient, body: Value) -> i64 {
     job["id"].as_i64().unwrap()
 }
 
-/// Live workers and their partitions of `topic`, as `GET /api/workers` shows them.
 async fn assignment(api: &ApiClient, topic: &str) -> anyhow::Result<BTreeMap<String, Vec<i64>>> {
-    let (status, body) = api.get_json("/api/workers").await?;
-    anyhow::ensure!(status == StatusCode::OK, "{body}");
-    let mut out = BTreeMap::new();
-    for w in body["workers"].as_array().cloned().unwrap_or_default() {
-        if w["alive"] != true {
-            continue;
-        }
-        let parts: Vec<i64> = w["assignments"][topic]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_i64).collect())
-            .unwrap_or_default();
-        out.insert(
-            w["worker_id"].as_str().unwrap_or_default().to_owned(),
-            parts,
-        );
-    }
-    Ok(out)
+    api.assignment(topic).await
 }
 
-/// Waits until exactly `live` are live and hold all six partitions of `topic` between them,
-/// each at least one, none twice: the group has settled and the registry knows it.
 async fn wait_assignment(api: &ApiClient, topic: &str, live: &[String]) {
-    let want: BTreeSet<String> = live.iter().cloned().collect();
-    wait_for(
-        WAIT,
-        &format!("registry to show {live:?} sharing {topic}"),
-        || {
-            let want = want.clone();
-            async move {
-                let a = assignment(api, topic).await?;
-                let ids: BTreeSet<String> = a.keys().cloned().collect();
-                let all: Vec<i64> = a.values().flatten().copied().collect();
-                let distinct: BTreeSet<i64> = all.iter().copied().collect();
-                let settled = ids == want
-                    && a.values().all(|p| !p.is_empty())
-                    && all.len() == 6
-                    && distinct.len() == 6;
-                Ok(settled.then_some(()))
-            }
-        },
-    )
-    .await
-    .unwrap();
+    api.wait_assignment(topic, live, 6, WAIT).await.unwrap();
 }
 
 async fn runs(api: &ApiClient, job: i64) -> Vec<Value> {

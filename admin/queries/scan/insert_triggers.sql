@@ -1,17 +1,26 @@
 -- One row per planned fire time (per broadcast shard: $5 index of $6), copying what the run
--- needs from the job.
+-- needs from the job. The shards of one broadcast fire share a new fire_group.
 -- A (job, fire time, shard) that already exists is skipped (unique index triggers_job_fire_time).
+WITH p AS (
+    SELECT *
+    FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::int[])
+         AS p (job_id, kind, status, fire_time, shard_index, shard_total)
+),
+g AS (
+    SELECT job_id, fire_time, nextval('triggers_fire_group_seq') AS fire_group
+    FROM (SELECT DISTINCT job_id, fire_time FROM p WHERE shard_total > 1) d
+)
 INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
-                      route, shard_index, shard_total, message, finished_at)
+                      route, shard_index, shard_total, fire_group, message, finished_at)
 SELECT j.id, j.job_type, j.shard, p.kind, p.status, p.fire_time, j.params, j.block, j.timeout_ms,
-       j.route, p.shard_index, p.shard_total,
+       j.route, p.shard_index, p.shard_total, g.fire_group,
        CASE WHEN p.status = 'misfired'
             THEN 'missed its fire time by more than the misfire threshold (' || j.misfire_threshold_ms || ' ms); misfire strategy ' || j.misfire
        END,
        CASE WHEN p.status = 'misfired' THEN now() END
-FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::int[])
-     AS p (job_id, kind, status, fire_time, shard_index, shard_total)
+FROM p
 JOIN jobs j ON j.id = p.job_id
+LEFT JOIN g ON g.job_id = p.job_id AND g.fire_time = p.fire_time
 ON CONFLICT DO NOTHING
 RETURNING id, job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms, attempt,
           shard_index, shard_total, route, requested_worker

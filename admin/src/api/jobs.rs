@@ -14,6 +14,7 @@ use sqlx::{Postgres, Transaction};
 
 use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Shared};
 use crate::jobs::{Job, JobRow, JobSpec};
+use crate::outcome::NewRuns;
 use crate::schedule::JobSchedule;
 
 fn to_job(row: JobRow) -> ApiResult<Job> {
@@ -42,6 +43,26 @@ async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -
             "children",
             format!("no job with id {missing:?}"),
         ));
+    }
+    if let Some(own) = own_id {
+        let path: Option<Vec<i64>> = sqlx::query_scalar(sql!("jobs/child_cycle"))
+            .bind(own)
+            .bind(&ids)
+            .fetch_optional(&state.pool)
+            .await?;
+        if let Some(path) = path {
+            let chain: Vec<String> = std::iter::once(own)
+                .chain(path)
+                .map(|id| id.to_string())
+                .collect();
+            return Err(ApiError::invalid(
+                "children",
+                format!(
+                    "would make a cycle of child jobs: {}; a job must not fire itself again",
+                    chain.join(" → ")
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -82,7 +103,11 @@ fn bind_spec<'q>(
         .bind(spec.retry_backoff_ms)
         .bind(spec.children.iter().map(|c| c.0).collect::<Vec<_>>())
         .bind(spec.enabled)
-        .bind(next_fire_at))
+        .bind(next_fire_at)
+        .bind(spec.retry_backoff.as_str())
+        .bind(spec.retry_backoff_max_ms)
+        .bind(&spec.alarm_webhook)
+        .bind(&spec.alarm_emails))
 }
 
 pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<Job>)> {
@@ -262,16 +287,19 @@ pub async fn disable(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Jo
 
 pub async fn delete(state: Shared, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = parse_id("id", &id)?;
-    let r = sqlx::query(sql!("jobs/delete"))
+    let deleted: i64 = sqlx::query_scalar(sql!("jobs/delete"))
         .bind(id)
-        .execute(&state.pool)
+        .fetch_one(&state.pool)
         .await?;
-    if r.rows_affected() == 0 {
+    if deleted == 0 {
         return Err(ApiError::not_found("job", id));
     }
     tracing::info!(job_id = id, "job deleted");
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Longest delay of a triggered run: one year.
+const MAX_TRIGGER_DELAY_MS: i64 = 365 * 24 * 3_600_000;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -280,6 +308,51 @@ struct TriggerRequest {
     params: Option<String>,
     /// A worker to run it on.
     worker: Option<String>,
+    /// Run at this instant (RFC 3339) rather than now.
+    at: Option<DateTime<Utc>>,
+    /// Run this many milliseconds from now.
+    delay_ms: Option<i64>,
+}
+
+impl TriggerRequest {
+    /// When the run is due (`None`: now) and its kind: `manual` when due now, `api` when delayed.
+    fn due(&self, now: DateTime<Utc>) -> ApiResult<(Option<DateTime<Utc>>, TriggerKind)> {
+        let at = match (self.at, self.delay_ms) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid(
+                    "delay_ms",
+                    "give either at or delay_ms, not both",
+                ))
+            }
+            (None, None) => return Ok((None, TriggerKind::Manual)),
+            (None, Some(d)) => {
+                if !(0..=MAX_TRIGGER_DELAY_MS).contains(&d) {
+                    return Err(ApiError::invalid(
+                        "delay_ms",
+                        format!("must be between 0 and {MAX_TRIGGER_DELAY_MS} (one year); got {d}"),
+                    ));
+                }
+                now + chrono::Duration::milliseconds(d)
+            }
+            (Some(at), None) => {
+                // A little slack for clocks and transit: "now" from the caller is not an error.
+                if at < now - chrono::Duration::seconds(5) {
+                    return Err(ApiError::invalid(
+                        "at",
+                        format!(
+                            "{} is in the past; give a future instant, or leave at out to run now",
+                            at.to_rfc3339()
+                        ),
+                    ));
+                }
+                if at > now + chrono::Duration::milliseconds(MAX_TRIGGER_DELAY_MS) {
+                    return Err(ApiError::invalid("at", "is more than a year ahead"));
+                }
+                at
+            }
+        };
+        Ok((Some(at.max(now)), TriggerKind::Api))
+    }
 }
 
 pub async fn trigger(
@@ -298,8 +371,9 @@ pub async fn trigger(
             return Err(ApiError::invalid("worker", "must not be empty"));
         }
     }
-    let job = load(&state, &id.to_string()).await?;
     let now = Utc::now();
+    let (fire_time, kind) = req.due(now)?;
+    let job = load(&state, &id.to_string()).await?;
     // A named worker must be live and serve the job type; it runs the one run. Otherwise a
     // `sharding_broadcast` job runs once per live worker.
     let runs = match &req.worker {
@@ -314,21 +388,30 @@ pub async fn trigger(
             .registry
             .shard_total(job.spec.route, &job.spec.job_type, now),
     };
-    let rows: Vec<(i64, bool)> = sqlx::query_as(sql!("triggers/insert_manual"))
-        .bind(id)
-        .bind(TriggerKind::Manual.as_str())
-        .bind(&req.params)
-        .bind(&req.worker)
-        .bind(i32::try_from(runs).unwrap_or(i32::MAX))
-        .fetch_all(&state.pool)
-        .await?;
+    let mut new = NewRuns::default();
+    new.push(
+        id,
+        kind,
+        fire_time,
+        req.params,
+        req.worker,
+        i32::try_from(runs).unwrap_or(i32::MAX),
+        None,
+    );
+    let mut conn = state.pool.acquire().await?;
+    let rows = new.insert(&mut conn).await?;
     if rows.is_empty() {
         return Err(ApiError::not_found("job", id));
     }
     let trigger_ids: Vec<i64> = rows.into_iter().map(|(t, _)| t).collect();
-    tracing::info!(job_id = id, ?trigger_ids, "manual trigger");
+    tracing::info!(
+        job_id = id,
+        ?trigger_ids,
+        kind = kind.as_str(),
+        "triggered through the API"
+    );
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "trigger_ids": trigger_ids })),
+        Json(json!({ "trigger_ids": trigger_ids, "fire_time": fire_time.unwrap_or(now) })),
     ))
 }

@@ -1,8 +1,10 @@
 //! The HTTP API (JSON over axum). Every `/api` route needs `Authorization: Bearer <token>` when
 //! a token is configured.
 
+mod alarms;
 mod error;
 mod jobs;
+mod replay;
 mod triggers;
 mod workers;
 
@@ -87,6 +89,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/triggers", get(triggers::list))
         .route("/triggers/{id}", get(triggers::get))
         .route("/workers", get(workers::list))
+        .route("/alarms", get(alarms::list))
+        .route("/replay", post(replay::create))
         .fallback(fallback)
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()

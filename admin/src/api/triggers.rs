@@ -9,6 +9,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::route::registry::Registry;
+
 use super::{parse_id, parse_limit, ApiError, ApiResult, Shared};
 
 /// One run as the API shows it.
@@ -42,7 +44,29 @@ pub struct Run {
     pub message: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+    /// The run this one retries (kind `retry`) or whose success fired it (kind `child`).
+    pub parent_id: Option<i64>,
+    /// Which retry of its fire this run is (0: the first run).
+    pub retry_no: i32,
+    /// For a run published but not started: why it waits, when no live worker serves its job
+    /// type (it runs once one does).
+    #[sqlx(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
     pub created_at: DateTime<Utc>,
+}
+
+impl Run {
+    /// Fills in `waiting` from the live worker registry.
+    fn note_waiting(&mut self, registry: &Registry, now: DateTime<Utc>) {
+        if self.status == RunStatus::Published.as_str() && !registry.serves(&self.job_type, now) {
+            self.waiting = Some(format!(
+                "no live worker serves job type {}: the run waits on partition {} of its topic until one does",
+                self.job_type,
+                self.partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+            ));
+        }
+    }
 }
 
 pub async fn list(
@@ -62,13 +86,17 @@ pub async fn list(
         Some(s) => parse_id("before_id", s)?,
     };
     let limit = parse_limit(q.get("limit"))?;
-    let runs: Vec<Run> = sqlx::query_as(sql!("triggers/list"))
+    let mut runs: Vec<Run> = sqlx::query_as(sql!("triggers/list"))
         .bind(job_id)
         .bind(status.map(|s| s.as_str()))
         .bind(before)
         .bind(limit)
         .fetch_all(&state.pool)
         .await?;
+    let now = Utc::now();
+    for r in &mut runs {
+        r.note_waiting(&state.registry, now);
+    }
     let next = (runs.len() as i64 == limit)
         .then(|| runs.last().map(|r| r.id))
         .flatten();
@@ -81,5 +109,7 @@ pub async fn get(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Run>> 
         .bind(id)
         .fetch_optional(&state.pool)
         .await?;
-    Ok(Json(run.ok_or_else(|| ApiError::not_found("trigger", id))?))
+    let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
+    run.note_waiting(&state.registry, Utc::now());
+    Ok(Json(run))
 }

@@ -1,13 +1,14 @@
 //! Run results: `started`, `log` and `finished` events from workers, applied to `triggers` in
 //! batches. A `started` event of a later attempt (a redelivered run) replaces the earlier
 //! attempt's worker and start; `log` events append the live log of a running run, each batch
-//! once; `finished` sets the terminal status and the whole log.
+//! once; `finished` sets the terminal status and the whole log, and sets off what follows a
+//! run's end ([`crate::outcome`]: retries, child jobs, `fix_delay` next times, alarms) in the
+//! same transaction.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{ResultEvent, RunFinished, RunLogLines, RunStarted, TriggerKind};
-use chrono::{DateTime, Utc};
+use cadenza_schemas::{ResultEvent, RunFinished, RunLogLines, RunStarted};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
 use sqlx::PgPool;
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{recv_batch, to_dlq};
 use crate::kafka::KafkaClients;
+use crate::route::registry::Registry;
 
 /// Most events applied in one transaction.
 const BATCH: usize = 1_000;
@@ -35,7 +37,11 @@ fn clip(s: Option<String>, max: usize) -> Option<String> {
 }
 
 /// Applies a batch of events in one transaction. Idempotent.
-pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx::Error> {
+pub async fn apply(
+    pool: &PgPool,
+    registry: &Registry,
+    events: &[ResultEvent],
+) -> Result<usize, sqlx::Error> {
     let started: Vec<&RunStarted> = events
         .iter()
         .filter_map(|e| match e {
@@ -98,59 +104,48 @@ pub async fn apply(pool: &PgPool, events: &[ResultEvent]) -> Result<usize, sqlx:
     }
     let mut changed = 0;
     if !finished.is_empty() {
-        let rows: Vec<(i64, i64, String, DateTime<Utc>)> =
-            sqlx::query_as(sql!("ingest/run_finished"))
-                .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
-                .bind(
-                    finished
-                        .iter()
-                        .map(|f| f.worker_id.0.clone())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(finished.iter().map(|f| f.group.clone()).collect::<Vec<_>>())
-                .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
-                .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
-                .bind(
-                    finished
-                        .iter()
-                        .map(|f| f.attempt as i32)
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    finished
-                        .iter()
-                        .map(|f| f.status.as_str())
-                        .collect::<Vec<_>>(),
-                )
-                .bind(finished.iter().map(|f| f.started_at).collect::<Vec<_>>())
-                .bind(finished.iter().map(|f| f.finished_at).collect::<Vec<_>>())
-                .bind(
-                    finished
-                        .iter()
-                        .map(|f| clip(f.message.clone(), MAX_LOG_BYTES))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(
-                    finished
-                        .iter()
-                        .map(|f| clip(f.log.clone(), MAX_LOG_BYTES))
-                        .collect::<Vec<_>>(),
-                )
-                .fetch_all(&mut *tx)
-                .await?;
+        let rows: Vec<(i64,)> = sqlx::query_as(sql!("ingest/run_finished"))
+            .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| f.worker_id.0.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(finished.iter().map(|f| f.group.clone()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| f.attempt as i32)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| f.status.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(finished.iter().map(|f| f.started_at).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.finished_at).collect::<Vec<_>>())
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| clip(f.message.clone(), MAX_LOG_BYTES))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| clip(f.log.clone(), MAX_LOG_BYTES))
+                    .collect::<Vec<_>>(),
+            )
+            .fetch_all(&mut *tx)
+            .await?;
         changed = rows.len();
-        let (jobs, at): (Vec<i64>, Vec<DateTime<Utc>>) = rows
-            .into_iter()
-            .filter(|(_, _, kind, _)| kind == TriggerKind::FixDelay.as_str())
-            .map(|(_, job, _, at)| (job, at))
-            .unzip();
-        if !jobs.is_empty() {
-            sqlx::query(sql!("ingest/fix_delay_next"))
-                .bind(&jobs)
-                .bind(&at)
-                .execute(&mut *tx)
-                .await?;
-        }
+        let ids: Vec<i64> = rows.iter().map(|(id, ..)| *id).collect();
+        crate::outcome::after_terminal(&mut tx, registry, &ids).await?;
     }
     tx.commit().await?;
     Ok(changed)
@@ -197,6 +192,7 @@ fn check(e: &ResultEvent) -> Result<(), String> {
 pub async fn run(
     pool: PgPool,
     kafka: Arc<KafkaClients>,
+    registry: Arc<Registry>,
     admin_id: String,
     shutdown: CancellationToken,
 ) {
@@ -232,7 +228,7 @@ pub async fn run(
         // Retry the batch until it is stored: never commit past events that are not.
         let mut delay = Duration::from_millis(100);
         loop {
-            match apply(&pool, &events).await {
+            match apply(&pool, &registry, &events).await {
                 Ok(_) => break,
                 Err(e) => {
                     tracing::error!(error = %e, "storing results failed; retrying");

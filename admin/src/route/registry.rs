@@ -173,6 +173,13 @@ impl Registry {
         out
     }
 
+    /// Whether any live worker holds a partition of `job_type`'s topic (as stored; false when it
+    /// cannot be read).
+    pub fn serves(&self, job_type: &str, now: DateTime<Utc>) -> bool {
+        JobType::parse(job_type)
+            .is_ok_and(|jt| !self.candidates(&jt, JobId(0), i32::MAX, now).is_empty())
+    }
+
     /// How many runs one fire time of a job becomes: one per live worker serving its job type
     /// for `sharding_broadcast` (at least one, which waits for a consumer when none is live),
     /// one for every other strategy.

@@ -6,11 +6,13 @@
 //! * [`wheel`] holds scheduled triggers in memory until their fire time (millisecond timer).
 //! * [`publish`] marks them `publishing` (ledger), produces them, and records `published`.
 //! * [`recover`] loads the pending triggers of newly acquired shards.
+//! * [`lost`] records runs of dead workers that outlived their timeout as `lost`.
 //!
 //! Every write that depends on a lease checks the lease's epoch in the same statement or
 //! transaction, so an admin that lost a shard cannot change its rows.
 
 pub mod lease;
+pub mod lost;
 pub mod publish;
 pub mod recover;
 pub mod scan;
@@ -132,6 +134,7 @@ pub fn spawn(ctx: Arc<SchedulerContext>, tracker: &TaskTracker, shutdown: Cancel
     };
     tracker.spawn(scanner.run(shutdown.clone()));
     tracker.spawn(recover::listen(ctx.clone(), shutdown.clone()));
+    tracker.spawn(lost::LostSweeper::new(ctx.clone()).run(shutdown.clone()));
     tracker.spawn(async move {
         lease_mgr.run(shutdown.clone()).await;
         // Shutdown: stop publishing, wait for the batch in flight, then hand the shards back.

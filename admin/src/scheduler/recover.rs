@@ -13,10 +13,8 @@ use std::time::Duration;
 
 use cadenza_schemas::{FenceMessage, JobType, TriggerRecord, HEADER_RECORD};
 use chrono::{DateTime, Utc};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
-use rdkafka::{Offset, TopicPartitionList};
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
@@ -123,14 +121,16 @@ pub async fn resolve_publishing(
             .await?;
         let fence =
             write_fence(ctx, &topic, partition, shards.first().copied().unwrap_or(0)).await?;
-        let found = read_back(
-            ctx.kafka.settings.brokers.clone(),
-            topic.clone(),
-            partition,
-            start,
-            fence,
-        )
-        .await?;
+        let found: HashMap<i64, i64> = ctx
+            .kafka
+            .read_partition(&topic, partition, start, fence, READ_BACK_TIMEOUT)
+            .await?
+            .into_iter()
+            .filter_map(|r| match r.record {
+                Some(TriggerRecord::Trigger(t)) => Some((t.trigger_id.0, r.offset)),
+                _ => None,
+            })
+            .collect();
         for r in group {
             match found.get(&r.id) {
                 Some(offset) => {
@@ -202,54 +202,6 @@ async fn write_fence(
     }
 }
 
-/// Reads `topic`/`partition` from `start` (or the beginning) up to the fence offset and returns
-/// trigger id → offset of every trigger record seen.
-async fn read_back(
-    brokers: String,
-    topic: String,
-    partition: i32,
-    start: Option<i64>,
-    fence: i64,
-) -> anyhow::Result<HashMap<i64, i64>> {
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set(
-                "group.id",
-                format!("cadenza-read-back-{:016x}", rand::random::<u64>()),
-            )
-            .set("enable.auto.commit", "false")
-            .set("enable.partition.eof", "false")
-            .set("fetch.wait.max.ms", "10")
-            .set("log_level", "4")
-            .create()?;
-        let mut tpl = TopicPartitionList::new();
-        let from = start.map(Offset::Offset).unwrap_or(Offset::Beginning);
-        tpl.add_partition_offset(&topic, partition, from)?;
-        consumer.assign(&tpl)?;
-        let deadline = std::time::Instant::now() + READ_BACK_TIMEOUT;
-        let mut found = HashMap::new();
-        loop {
-            if std::time::Instant::now() > deadline {
-                anyhow::bail!("reading {topic}/{partition} back to offset {fence} timed out");
-            }
-            let Some(msg) = consumer.poll(Duration::from_millis(100)) else {
-                continue;
-            };
-            let msg = msg?;
-            if msg.offset() >= fence {
-                return Ok(found);
-            }
-            if let Some(Ok(TriggerRecord::Trigger(t))) =
-                msg.payload().map(serde_json::from_slice::<TriggerRecord>)
-            {
-                found.insert(t.trigger_id.0, msg.offset());
-            }
-        }
-    })
-    .await?
-}
-
 /// Parses a notification payload `<shard>:<trigger id>`.
 fn parse_payload(p: &str) -> Option<(u32, i64)> {
     let (shard, id) = p.split_once(':')?;
@@ -269,6 +221,13 @@ async fn sweep(ctx: &SchedulerContext) -> anyhow::Result<()> {
     resolve_publishing(ctx, &held, ctx.config.lease_margin_ms * 2).await?;
     // Only overdue rows: the scan hands fresh ones to the timer itself.
     load_pending(ctx, &shard_ids, 0).await?;
+    // Runs the scan did not write, as they come within the look-ahead.
+    let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_requested"))
+        .bind(&shard_ids)
+        .bind(ctx.config.lookahead_ms as f64)
+        .fetch_all(&ctx.pool)
+        .await?;
+    ctx.wheel.insert(rows_to_pending(rows));
     Ok(())
 }
 

@@ -1,0 +1,30 @@
+-- Failed runs among $1 (failed, timed_out, lost) of jobs with retries left get their next try:
+-- a new run of kind `retry` linked to the failed one (parent_id), for the same broadcast shard,
+-- due after the job's backoff (database clock). Announced to the shard's holder with NOTIFY.
+-- A failed run is retried once (unique index triggers_one_retry).
+WITH f AS (
+    SELECT t.id, t.job_id, t.job_type, t.shard, t.params, t.block, t.timeout_ms, t.route,
+           t.shard_index, t.shard_total, t.fire_group, t.retry_no,
+           CASE WHEN j.retry_backoff = 'exponential'
+                THEN LEAST(j.retry_backoff_ms * power(2::float8, t.retry_no), j.retry_backoff_max_ms::float8)
+                ELSE j.retry_backoff_ms::float8
+           END AS delay_ms
+    FROM triggers t
+    JOIN jobs j ON j.id = t.job_id
+    WHERE t.id = ANY($1::bigint[])
+      AND t.status IN ('failed', 'timed_out', 'lost')
+      AND t.retry_no < j.retries
+),
+ins AS (
+    INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
+                          route, shard_index, shard_total, parent_id, fire_group, retry_no)
+    SELECT f.job_id, f.job_type, f.shard, 'retry', 'scheduled',
+           now() + make_interval(secs => f.delay_ms / 1000.0), f.params, f.block, f.timeout_ms,
+           f.route, f.shard_index, f.shard_total, f.id, f.fire_group, f.retry_no + 1
+    FROM f
+    ORDER BY f.id
+    ON CONFLICT DO NOTHING
+    RETURNING id, parent_id, shard
+)
+SELECT ins.parent_id, ins.id, pg_notify('cadenza_trigger', ins.shard || ':' || ins.id) IS NOT NULL AS notified
+FROM ins

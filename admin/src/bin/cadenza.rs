@@ -1,0 +1,6 @@
+//! `cadenza`: the command line over the admin's HTTP API (see `cadenza --help`).
+
+#[tokio::main]
+async fn main() {
+    std::process::exit(cadenza_admin::cli::main().await);
+}

@@ -1,0 +1,133 @@
+//! What a run's end sets off, in the transaction that records it: a retry of a failed run
+//! (`retries`, backoff), the job's children on success (for a `sharding_broadcast` fire, once
+//! every shard has succeeded), the next fire time of a `fix_delay` job, and alarms.
+//!
+//! Called by result ingest (a worker's `finished`) and by the lost-run sweeper (`lost`). Every
+//! step is idempotent: a retry is unique per failed run, a child run per parent, job and shard,
+//! an alarm per run, channel and target; so replaying a result changes nothing.
+
+use cadenza_schemas::TriggerKind;
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::route::registry::Registry;
+
+/// What one call set off.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FollowUp {
+    pub retries: usize,
+    pub children: usize,
+    pub alarms: u64,
+}
+
+/// Runs to insert other than from a schedule (see `queries/triggers/insert_runs.sql`).
+#[derive(Debug, Default)]
+pub struct NewRuns {
+    pub job_id: Vec<i64>,
+    pub kind: Vec<&'static str>,
+    pub fire_time: Vec<Option<DateTime<Utc>>>,
+    pub params: Vec<Option<String>>,
+    pub requested_worker: Vec<Option<String>>,
+    pub shard_total: Vec<i32>,
+    pub parent_id: Vec<Option<i64>>,
+}
+
+impl NewRuns {
+    #[allow(clippy::too_many_arguments)]
+    pub fn push(
+        &mut self,
+        job_id: i64,
+        kind: TriggerKind,
+        fire_time: Option<DateTime<Utc>>,
+        params: Option<String>,
+        requested_worker: Option<String>,
+        shard_total: i32,
+        parent_id: Option<i64>,
+    ) {
+        self.job_id.push(job_id);
+        self.kind.push(kind.as_str());
+        self.fire_time.push(fire_time);
+        self.params.push(params);
+        self.requested_worker.push(requested_worker);
+        self.shard_total.push(shard_total.max(1));
+        self.parent_id.push(parent_id);
+    }
+
+    /// Inserts the runs (announcing each to its shard's holder); returns (run id, job id) of
+    /// those written, in id order.
+    pub async fn insert(self, conn: &mut PgConnection) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+        if self.job_id.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, i64, bool)> = sqlx::query_as(sql!("triggers/insert_runs"))
+            .bind(&self.job_id)
+            .bind(&self.kind)
+            .bind(&self.fire_time)
+            .bind(&self.params)
+            .bind(&self.requested_worker)
+            .bind(&self.shard_total)
+            .bind(&self.parent_id)
+            .fetch_all(conn)
+            .await?;
+        Ok(rows.into_iter().map(|(id, job, _)| (id, job)).collect())
+    }
+}
+
+/// Follows up the runs `ids` that just reached a terminal status (in this transaction).
+pub async fn after_terminal(
+    conn: &mut PgConnection,
+    registry: &Registry,
+    ids: &[i64],
+) -> Result<FollowUp, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(FollowUp::default());
+    }
+    let retried: Vec<(i64, i64, bool)> = sqlx::query_as(sql!("ingest/retry_failed"))
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    let retried_parents: Vec<i64> = retried.iter().map(|(p, _, _)| *p).collect();
+    sqlx::query(sql!("ingest/fix_delay_next"))
+        .bind(ids)
+        .bind(&retried_parents)
+        .execute(&mut *conn)
+        .await?;
+
+    sqlx::query(sql!("ingest/lock_fire_groups"))
+        .bind(ids)
+        .execute(&mut *conn)
+        .await?;
+    let due: Vec<(i64, i64, String, String)> = sqlx::query_as(sql!("ingest/children_due"))
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut children = NewRuns::default();
+    for (parent, job, route, job_type) in due {
+        let shards = registry.shard_total_stored(&route, &job_type);
+        children.push(
+            job,
+            TriggerKind::Child,
+            None,
+            None,
+            None,
+            shards,
+            Some(parent),
+        );
+    }
+    let fired = children.insert(&mut *conn).await?;
+
+    let alarms = sqlx::query(sql!("ingest/alarms_for"))
+        .bind(ids)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    let out = FollowUp {
+        retries: retried.len(),
+        children: fired.len(),
+        alarms,
+    };
+    if out != FollowUp::default() {
+        tracing::debug!(?out, "follow-up of finished runs");
+    }
+    Ok(out)
+}

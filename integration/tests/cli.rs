@@ -1,0 +1,255 @@
+//! The `cadenza` CLI against a running admin: jobs, trigger, runs (tail), workers, replay, the
+//! config file, and errors that name what is wrong.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::path::Path;
+use std::time::Duration;
+
+use cadenza_integration::{cadenza_bin, Cluster};
+use chrono::Utc;
+use serde_json::Value;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs `cadenza args…` with `HOME` = `home` (so only its config file is read) and `env`.
+async fn cadenza(home: &Path, env: &[(&str, &str)], args: &[&str]) -> Out {
+    let mut cmd = tokio::process::Command::new(cadenza_bin("cadenza").unwrap());
+    cmd.args(args)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CADENZA_URL")
+        .env_remove("CADENZA_API_TOKEN")
+        .env_remove("CADENZA_CONFIG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("cadenza finished within 60 s")
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_cli_round_trips_against_a_running_admin() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let worker = cluster
+        .spawn_worker("cli.echo=shell", "cli", &[])
+        .await
+        .unwrap();
+    let home = cluster.dir().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let url = admin.base_url().to_owned();
+    let env = [
+        ("CADENZA_URL", url.as_str()),
+        ("CADENZA_API_TOKEN", cluster.token()),
+    ];
+    let run = |args: &'static [&'static str]| cadenza(&home, &env, args);
+
+    // Create from flags; --json gives the API's answer.
+    let created = cadenza(
+        &home,
+        &env,
+        &[
+            "jobs",
+            "create",
+            "--name",
+            "hello",
+            "--job-type",
+            "cli.echo",
+            "--schedule",
+            "none",
+            "--params",
+            "echo hi; sleep 1; echo bye",
+            "--retries",
+            "1",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    let job = created.json();
+    let id = job["id"].as_i64().unwrap().to_string();
+    assert_eq!(job["retries"], 1);
+
+    let list = run(&["jobs", "list"]).await;
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert!(
+        list.stdout.contains("hello") && list.stdout.contains("cli.echo"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("NAME"),
+        "a table with a header: {}",
+        list.stdout
+    );
+
+    let show = cadenza(&home, &env, &["jobs", "show", &id, "--json"]).await;
+    assert_eq!(show.json()["name"], "hello");
+
+    let triggered = cadenza(&home, &env, &["jobs", "trigger", &id, "--json"]).await;
+    assert_eq!(triggered.code, 0, "{}", triggered.stderr);
+    let run_id = triggered.json()["trigger_ids"][0]
+        .as_i64()
+        .unwrap()
+        .to_string();
+
+    // Follow the log until the run ends.
+    let tail = cadenza(&home, &env, &["runs", "tail", &run_id, "--every-ms", "100"]).await;
+    assert_eq!(tail.code, 0, "{}", tail.stderr);
+    assert!(
+        tail.stdout.contains("hi") && tail.stdout.contains("bye"),
+        "{}",
+        tail.stdout
+    );
+    assert!(tail.stderr.contains("succeeded"), "{}", tail.stderr);
+
+    let runs = cadenza(&home, &env, &["runs", "list", "--job-id", &id]).await;
+    assert!(
+        runs.stdout.contains("succeeded") && runs.stdout.contains(&run_id),
+        "{}",
+        runs.stdout
+    );
+    let one = cadenza(&home, &env, &["runs", "show", &run_id, "--json"]).await;
+    assert_eq!(one.json()["status"], "succeeded");
+
+    let workers = run(&["workers"]).await;
+    assert!(workers.stdout.contains(worker.id()), "{}", workers.stdout);
+
+    let disabled = cadenza(&home, &env, &["jobs", "disable", &id]).await;
+    assert_eq!(disabled.code, 0);
+    assert!(disabled.stdout.contains("disabled"));
+    let enabled = cadenza(&home, &env, &["jobs", "enable", &id, "--json"]).await;
+    assert_eq!(enabled.json()["enabled"], true);
+
+    // Replay the run: a dry run lists it, the replay runs it again.
+    let from = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let to = (Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();
+    let window = [
+        "replay",
+        "--job-type",
+        "cli.echo",
+        "--from",
+        &from,
+        "--to",
+        &to,
+    ];
+    let dry = cadenza(&home, &env, &[&window[..], &["--dry-run"]].concat()).await;
+    assert_eq!(dry.code, 0, "{}", dry.stderr);
+    assert!(
+        dry.stdout.contains("1 runs would be replayed"),
+        "{}",
+        dry.stdout
+    );
+    let done = cadenza(&home, &env, &window).await;
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    assert!(done.stdout.contains("replayed 1 runs"), "{}", done.stdout);
+
+    // Bad input names what is wrong, and changes nothing.
+    let bad = run(&[
+        "jobs",
+        "create",
+        "--name",
+        "x",
+        "--job-type",
+        "cli.echo",
+        "--schedule",
+        "fix_rate:often",
+    ])
+    .await;
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("--schedule") && bad.stderr.contains("often"),
+        "{}",
+        bad.stderr
+    );
+    let bad = run(&[
+        "jobs",
+        "create",
+        "--name",
+        "x",
+        "--job-type",
+        "bad type!",
+        "--schedule",
+        "none",
+    ])
+    .await;
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("job_type"), "{}", bad.stderr);
+    let bad = run(&["jobs", "create", "--name", "x", "--schedule", "none"]).await;
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("--job-type"), "{}", bad.stderr);
+    let bad = run(&["runs", "show", "999999"]).await;
+    assert_eq!(bad.code, 1);
+    assert!(bad.stderr.contains("not_found"), "{}", bad.stderr);
+    let backwards = cadenza(
+        &home,
+        &env,
+        &[
+            "replay",
+            "--job-type",
+            "cli.echo",
+            "--from",
+            &to,
+            "--to",
+            &from,
+        ],
+    )
+    .await;
+    assert_eq!(backwards.code, 2);
+    assert!(backwards.stderr.contains("--from"), "{}", backwards.stderr);
+    let list = cadenza(&home, &env, &["jobs", "list", "--json"]).await;
+    assert_eq!(
+        list.json()["jobs"].as_array().unwrap().len(),
+        1,
+        "nothing was created"
+    );
+
+    // No token: the admin refuses, and the CLI says where a token comes from.
+    let anon = cadenza(&home, &[("CADENZA_URL", url.as_str())], &["jobs", "list"]).await;
+    assert_eq!(anon.code, 1);
+    assert!(
+        anon.stderr.contains("unauthorized") && anon.stderr.contains("CADENZA_API_TOKEN"),
+        "{}",
+        anon.stderr
+    );
+    // The config file gives URL and token.
+    let dir = home.join(".config").join("cadenza");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.toml"),
+        format!("url = \"{url}\"\ntoken = \"{}\"\n", cluster.token()),
+    )
+    .unwrap();
+    let from_file = cadenza(&home, &[], &["jobs", "list"]).await;
+    assert_eq!(from_file.code, 0, "{}", from_file.stderr);
+    assert!(from_file.stdout.contains("hello"));
+    std::fs::write(dir.join("config.toml"), "token = 3\n").unwrap();
+    let broken = cadenza(&home, &[], &["jobs", "list"]).await;
+    assert_eq!(broken.code, 2);
+    assert!(broken.stderr.contains("config.toml"), "{}", broken.stderr);
+    std::fs::remove_file(dir.join("config.toml")).unwrap();
+
+    let deleted = cadenza(&home, &env, &["jobs", "delete", &id]).await;
+    assert_eq!(deleted.code, 0, "{}", deleted.stderr);
+    let gone = cadenza(&home, &env, &["jobs", "show", &id]).await;
+    assert_eq!(gone.code, 1);
+}

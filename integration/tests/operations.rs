@@ -1,0 +1,689 @@
+//! Operations end to end: retries with backoff, child jobs (also after a broadcast), lost runs of
+//! a killed worker, webhook alarms, and API triggers with a delay.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::time::Duration;
+
+use cadenza_integration::{json_time, wait_for, ApiClient, Cluster, Receiver, StatusCode};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A job's runs, oldest first.
+async fn runs_of(api: &ApiClient, job: i64) -> Vec<Value> {
+    let mut r = api.runs(&format!("job_id={job}&limit=1000")).await.unwrap();
+    r.reverse();
+    r
+}
+
+/// Waits until `job` has `n` runs that all reached one of `statuses`; returns them oldest first.
+async fn wait_runs(api: &ApiClient, job: i64, n: usize, statuses: &[&str]) -> Vec<Value> {
+    wait_for(
+        WAIT,
+        &format!("{n} runs of job {job} in {statuses:?}"),
+        || async move {
+            let r = runs_of(api, job).await;
+            let done = r.len() >= n
+                && r.iter()
+                    .all(|x| statuses.contains(&x["status"].as_str().unwrap_or_default()));
+            Ok(done.then_some(r))
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn time(v: &Value) -> DateTime<Utc> {
+    json_time(v).unwrap()
+}
+
+fn ms(d: chrono::Duration) -> i64 {
+    d.num_milliseconds()
+}
+
+#[tokio::test]
+async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let _w = cluster
+        .spawn_worker("ops.fail=fail", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let fixed = api
+        .create_job(
+            &json!({"name": "fixed", "job_type": "ops.fail", "schedule": {"kind": "none"},
+            "params": "boom", "retries": 2, "retry_backoff_ms": 1000}),
+        )
+        .await
+        .unwrap();
+    // 700 ms, then 1400 ms capped at 1000 ms.
+    let exp = api
+        .create_job(
+            &json!({"name": "exponential", "job_type": "ops.fail", "schedule": {"kind": "none"},
+            "params": "boom", "retries": 2, "retry_backoff_ms": 700,
+            "retry_backoff": "exponential", "retry_backoff_max_ms": 1000}),
+        )
+        .await
+        .unwrap();
+    let (_, job) = api.get_json(&format!("/api/jobs/{exp}")).await.unwrap();
+    assert_eq!(job["retry_backoff"], "exponential", "{job}");
+    api.trigger_now(fixed).await.unwrap();
+    api.trigger_now(exp).await.unwrap();
+
+    for (job, delays) in [(fixed, [1000, 1000]), (exp, [700, 1000])] {
+        // The last retry's failure schedules nothing more, in the transaction that records it.
+        let runs = wait_runs(api, job, 3, &["failed"]).await;
+        assert_eq!(runs.len(), 3, "retries 2 runs 3 times: {runs:#?}");
+        let kinds: Vec<&str> = runs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["manual", "retry", "retry"]);
+        let nos: Vec<i64> = runs
+            .iter()
+            .map(|r| r["retry_no"].as_i64().unwrap())
+            .collect();
+        assert_eq!(nos, [0, 1, 2]);
+        for k in 1..3 {
+            let (prev, next) = (&runs[k - 1], &runs[k]);
+            assert_eq!(
+                next["parent_id"], prev["id"],
+                "a retry links to the failed run"
+            );
+            assert!(next["message"].as_str().unwrap().contains("boom"));
+            let gap = ms(time(&next["started_at"]) - time(&prev["finished_at"]));
+            let want = delays[k - 1];
+            assert!(
+                gap >= want - 20 && gap < want + 3000,
+                "job {job}: retry {k} started {gap} ms after the failure, backoff {want} ms"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn children_fire_once_on_success_and_not_on_failure() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let _w = cluster
+        .spawn_worker("ops.ok=noop,ops.fail=fail", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let none = |name: &str, job_type: &str| json!({"name": name, "job_type": job_type, "schedule": {"kind": "none"}});
+    let c1 = api.create_job(&none("c1", "ops.ok")).await.unwrap();
+    let c2 = api.create_job(&none("c2", "ops.ok")).await.unwrap();
+    let c3 = api.create_job(&none("c3", "ops.ok")).await.unwrap();
+    let mut p = none("parent", "ops.ok");
+    p["children"] = json!([c1, c2]);
+    let parent = api.create_job(&p).await.unwrap();
+    let mut f = none("failing parent", "ops.fail");
+    f["children"] = json!([c3]);
+    let failing = api.create_job(&f).await.unwrap();
+
+    let run = api.trigger_now(parent).await.unwrap();
+    api.wait_run_status(run, "succeeded", WAIT).await.unwrap();
+    for c in [c1, c2] {
+        let runs = wait_runs(api, c, 1, &["succeeded"]).await;
+        assert_eq!(runs.len(), 1, "{runs:#?}");
+        assert_eq!(runs[0]["kind"], "child");
+        assert_eq!(runs[0]["parent_id"], run);
+    }
+    let bad = api.trigger_now(failing).await.unwrap();
+    api.wait_run_status(bad, "failed", WAIT).await.unwrap();
+    // Children are fired in the transaction that records the parent's end: none for a failure.
+    assert!(runs_of(api, c3).await.is_empty());
+    for c in [c1, c2] {
+        assert_eq!(runs_of(api, c).await.len(), 1, "child {c} fired once");
+    }
+
+    // Bad children: a job that does not exist, itself, a cycle.
+    let mut missing = none("dangling", "ops.ok");
+    missing["children"] = json!([999_999]);
+    let (status, body) = api.post_json("/api/jobs", &missing).await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "children", "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("999999"));
+    let (status, body) = api
+        .patch_json(&format!("/api/jobs/{c1}"), &json!({"children": [c1]}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = api
+        .patch_json(&format!("/api/jobs/{c1}"), &json!({"children": [parent]}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["field"], "children");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cycle") && message.contains(&format!("{c1} → {parent} → {c1}")),
+        "{message}"
+    );
+    let (_, job) = api.get_json(&format!("/api/jobs/{c1}")).await.unwrap();
+    assert_eq!(
+        job["children"],
+        json!([]),
+        "a refused change changes nothing"
+    );
+    // A deleted job is no longer anyone's child.
+    let (status, _) = api.delete(&format!("/api/jobs/{c2}")).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (_, job) = api.get_json(&format!("/api/jobs/{parent}")).await.unwrap();
+    assert_eq!(job["children"], json!([c1]));
+}
+
+#[tokio::test]
+async fn a_broadcast_parent_fires_its_child_once_and_a_failed_shard_retries_alone() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[("CADENZA_WORKER_DEAD_MS", "2000")])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let child = api
+        .create_job(&json!({"name": "after all shards", "job_type": "ops.child", "schedule": {"kind": "none"}}))
+        .await
+        .unwrap();
+    // Shard 0 fails on its first try and succeeds on its retry; shard 1 succeeds at once.
+    let marker = cluster.dir().join("shard0-failed-once");
+    let script = format!(
+        "if [ \"$CADENZA_SHARD_INDEX\" = 0 ] && [ ! -e '{m}' ]; then touch '{m}'; echo first try fails; exit 3; fi; echo shard $CADENZA_SHARD_INDEX ok",
+        m = marker.display()
+    );
+    let parent = api
+        .create_job(
+            &json!({"name": "broadcast", "job_type": "ops.bc", "schedule": {"kind": "none"},
+            "route": "sharding_broadcast", "params": script, "retries": 1, "retry_backoff_ms": 300,
+            "children": [child]}),
+        )
+        .await
+        .unwrap();
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        workers.push(
+            cluster
+                .spawn_worker(
+                    "ops.bc=shell,ops.child=noop",
+                    "bc",
+                    &[("CADENZA_HEARTBEAT_MS", "500")],
+                )
+                .await
+                .unwrap(),
+        );
+    }
+    let ids: Vec<String> = workers.iter().map(|w| w.id().to_owned()).collect();
+    let topic = format!("{}.trigger.ops.bc", cluster.topic_prefix());
+    api.wait_assignment(&topic, &ids, 6, WAIT).await.unwrap();
+
+    let (status, body) = api
+        .post_empty(&format!("/api/jobs/{parent}/trigger"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["trigger_ids"].as_array().unwrap().len(), 2, "{body}");
+    let first = body["trigger_ids"][0].as_i64().unwrap();
+
+    let child_runs = wait_runs(api, child, 1, &["succeeded"]).await;
+    let runs = wait_runs(api, parent, 3, &["succeeded", "failed"]).await;
+    let summary: Vec<(String, i64, String)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["kind"].as_str().unwrap().to_owned(),
+                r["shard_index"].as_i64().unwrap(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let mut sorted = summary.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            ("manual".to_owned(), 0, "failed".to_owned()),
+            ("manual".to_owned(), 1, "succeeded".to_owned()),
+            ("retry".to_owned(), 0, "succeeded".to_owned()),
+        ],
+        "only the failed shard is retried: {runs:#?}"
+    );
+    let retry = runs.iter().find(|r| r["kind"] == "retry").unwrap();
+    assert_eq!(retry["shard_total"], 2);
+    assert_eq!(child_runs.len(), 1, "{child_runs:#?}");
+    assert_eq!(child_runs[0]["kind"], "child");
+    assert_eq!(
+        child_runs[0]["parent_id"], first,
+        "the child of a broadcast links to the fire's first run"
+    );
+    // The child fired after the last shard succeeded, and only once.
+    assert!(time(&child_runs[0]["fire_time"]) >= time(&retry["finished_at"]));
+    assert_eq!(runs_of(api, child).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_run_on_a_killed_worker_is_lost_then_retried() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[
+            ("CADENZA_WORKER_DEAD_MS", "2000"),
+            ("CADENZA_LOST_GRACE_MS", "1000"),
+        ])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let job = api
+        .create_job(
+            &json!({"name": "slow", "job_type": "ops.sleep", "schedule": {"kind": "none"},
+            "params": "3000", "timeout_ms": 4000, "retries": 1}),
+        )
+        .await
+        .unwrap();
+    let env = [("CADENZA_HEARTBEAT_MS", "500")];
+    let worker = cluster
+        .spawn_worker("ops.sleep=sleep", "lost", &env)
+        .await
+        .unwrap();
+    let topic = format!("{}.trigger.ops.sleep", cluster.topic_prefix());
+    api.wait_assignment(&topic, &[worker.id().to_owned()], 6, WAIT)
+        .await
+        .unwrap();
+
+    let id = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(id, "running", WAIT).await.unwrap();
+    worker.kill_9().unwrap();
+
+    let lost = api.wait_run_status(id, "lost", WAIT).await.unwrap();
+    let message = lost["message"].as_str().unwrap();
+    assert!(message.contains(worker.id()), "names the worker: {message}");
+    let elapsed = ms(time(&lost["finished_at"]) - time(&lost["started_at"]));
+    assert!(
+        elapsed >= 4000 + 1000,
+        "lost only after timeout + grace: {elapsed} ms"
+    );
+    // Its retry is published and waits, visibly, for a worker.
+    let retry = wait_for(WAIT, "the retry to wait for a worker", || async move {
+        let runs = runs_of(api, job).await;
+        Ok(runs.into_iter().find(|r| {
+            r["kind"] == "retry" && r["status"] == "published" && r["waiting"].is_string()
+        }))
+    })
+    .await
+    .unwrap();
+    assert_eq!(retry["parent_id"], id);
+    assert!(
+        retry["waiting"].as_str().unwrap().contains("ops.sleep"),
+        "{retry}"
+    );
+
+    let _again = cluster
+        .spawn_worker("ops.sleep=sleep", "lost", &env)
+        .await
+        .unwrap();
+    let retry_id = retry["id"].as_i64().unwrap();
+    api.wait_run_status(retry_id, "succeeded", WAIT)
+        .await
+        .unwrap();
+    let (_, original) = api.get_json(&format!("/api/triggers/{id}")).await.unwrap();
+    assert_eq!(
+        original["status"], "lost",
+        "a lost run stays lost: {original}"
+    );
+    assert_eq!(runs_of(api, job).await.len(), 2);
+}
+
+#[tokio::test]
+async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_nothing() {
+    let receiver = Receiver::start().await.unwrap();
+    let hanging = Receiver::hanging().await.unwrap();
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[
+            ("CADENZA_ALARM_TIMEOUT_MS", "500"),
+            ("CADENZA_ALARM_ATTEMPTS", "2"),
+            ("CADENZA_ALARM_BACKOFF_MS", "200"),
+        ])
+        .await
+        .unwrap();
+    let _w = cluster
+        .spawn_worker("ops.fail=fail,ops.ok=noop", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let failing = api
+        .create_job(
+            &json!({"name": "alarming", "job_type": "ops.fail", "schedule": {"kind": "none"},
+            "params": "disk full", "retries": 1, "alarm_webhook": receiver.url("/hook")}),
+        )
+        .await
+        .unwrap();
+    let fine = api
+        .create_job(
+            &json!({"name": "fine", "job_type": "ops.ok", "schedule": {"kind": "none"},
+            "alarm_webhook": receiver.url("/hook")}),
+        )
+        .await
+        .unwrap();
+
+    let ok = api.trigger_now(fine).await.unwrap();
+    api.wait_run_status(ok, "succeeded", WAIT).await.unwrap();
+    api.trigger_now(failing).await.unwrap();
+    let runs = wait_runs(api, failing, 2, &["failed"]).await;
+    let failed_ids: Vec<i64> = runs.iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    let got = wait_for(WAIT, "two alarm POSTs", || async {
+        let got = receiver.received();
+        Ok((got.len() >= 2).then_some(got))
+    })
+    .await
+    .unwrap();
+    assert_eq!(got.len(), 2, "one POST per failed run: {got:#?}");
+    let mut alarmed: Vec<i64> = got
+        .iter()
+        .map(|r| r.body["run"]["id"].as_i64().unwrap())
+        .collect();
+    alarmed.sort();
+    assert_eq!(alarmed, failed_ids);
+    for r in &got {
+        assert_eq!(r.path, "/hook");
+        assert_eq!(r.body["status"], "failed");
+        assert_eq!(r.body["job"]["id"], failing);
+        assert_eq!(r.body["job"]["name"], "alarming");
+        assert!(r.body["message"].as_str().unwrap().contains("disk full"));
+        assert!(r.idempotency_key.is_some());
+    }
+    let (_, alarms) = api
+        .get_json(&format!("/api/alarms?job_id={failing}"))
+        .await
+        .unwrap();
+    let statuses: Vec<&str> = alarms["alarms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["sent", "sent"], "{alarms}");
+    let (_, none) = api
+        .get_json(&format!("/api/alarms?job_id={fine}"))
+        .await
+        .unwrap();
+    assert_eq!(none["alarms"], json!([]), "a success raises no alarm");
+
+    // A receiver that never answers: the alarm gives up after its attempts, and a job ticking
+    // every 200 ms meanwhile is published on time.
+    let stuck = api
+        .create_job(
+            &json!({"name": "stuck alarm", "job_type": "ops.fail", "schedule": {"kind": "none"},
+            "alarm_webhook": hanging.url("/slow")}),
+        )
+        .await
+        .unwrap();
+    let ticker = api
+        .create_job(&json!({"name": "ticker", "job_type": "ops.ok",
+            "schedule": {"kind": "fix_rate", "every_ms": 200}}))
+        .await
+        .unwrap();
+    let id = api.trigger_now(stuck).await.unwrap();
+    api.wait_run_status(id, "failed", WAIT).await.unwrap();
+    let alarm = wait_for(WAIT, "the stuck alarm to be given up", || async move {
+        let (_, a) = api
+            .get_json(&format!("/api/alarms?trigger_id={id}"))
+            .await?;
+        Ok(a["alarms"]
+            .as_array()
+            .and_then(|a| a.first().cloned())
+            .filter(|a| a["status"] == "failed"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(alarm["attempts"], 2, "{alarm}");
+    assert!(
+        alarm["last_error"].as_str().unwrap().contains("no answer"),
+        "{alarm}"
+    );
+    assert_eq!(hanging.received().len(), 2, "one request per attempt");
+    let ticks = runs_of(api, ticker).await;
+    let published: Vec<&Value> = ticks
+        .iter()
+        .filter(|r| r["published_at"].is_string())
+        .collect();
+    assert!(published.len() >= 4, "the ticker kept firing: {ticks:#?}");
+    for r in published {
+        let late = ms(time(&r["published_at"]) - time(&r["fire_time"]));
+        assert!(late < 1000, "published {late} ms late: {r}");
+    }
+}
+
+#[tokio::test]
+async fn an_api_trigger_can_be_delayed_and_bad_requests_are_refused() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let _w = cluster
+        .spawn_worker("ops.ok=noop", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let job = api
+        .create_job(
+            &json!({"name": "later", "job_type": "ops.ok", "schedule": {"kind": "none"},
+            "params": "default"}),
+        )
+        .await
+        .unwrap();
+    let path = format!("/api/jobs/{job}/trigger");
+    let asked = Utc::now();
+    let (status, body) = api
+        .post_json(&path, &json!({"delay_ms": 1500, "params": "given"}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["trigger_ids"][0].as_i64().unwrap();
+    let run = api.wait_run_status(id, "succeeded", WAIT).await.unwrap();
+    assert_eq!(run["kind"], "api");
+    assert_eq!(run["params"], "given");
+    let delay = ms(time(&run["fire_time"]) - asked);
+    assert!(
+        (1400..2500).contains(&delay),
+        "fire time {delay} ms after the request"
+    );
+    assert!(time(&run["published_at"]) >= time(&run["fire_time"]));
+
+    let at = Utc::now() + chrono::Duration::milliseconds(1000);
+    let (status, body) = api
+        .post_json(&path, &json!({"at": at.to_rfc3339()}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["trigger_ids"][0].as_i64().unwrap();
+    let run = api.wait_run_status(id, "succeeded", WAIT).await.unwrap();
+    assert_eq!(
+        time(&run["fire_time"]).timestamp_millis(),
+        at.timestamp_millis()
+    );
+    assert_eq!(run["params"], "default");
+
+    let before = runs_of(api, job).await.len();
+    for (body, field) in [
+        (json!({"delay_ms": -1}), "delay_ms"),
+        (json!({"at": "2020-01-01T00:00:00Z"}), "at"),
+        (
+            json!({"at": Utc::now().to_rfc3339(), "delay_ms": 10}),
+            "delay_ms",
+        ),
+    ] {
+        let (status, answer) = api.post_json(&path, &body).await.unwrap();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert_eq!(answer["error"]["field"], field, "{answer}");
+    }
+    let (status, answer) = api
+        .post_json(&path, &json!({"at": "tomorrow"}))
+        .await
+        .unwrap();
+    assert!(status.is_client_error(), "{answer}");
+    assert_eq!(
+        runs_of(api, job).await.len(),
+        before,
+        "nothing was triggered"
+    );
+}
+
+#[tokio::test]
+async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothing() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let _w = cluster
+        .spawn_worker("ops.rep=noop", "rep", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let fast = api
+        .create_job(
+            &json!({"name": "fast", "job_type": "ops.rep", "params": "fast-params",
+            "schedule": {"kind": "fix_rate", "every_ms": 300}}),
+        )
+        .await
+        .unwrap();
+    let slow = api
+        .create_job(&json!({"name": "slow", "job_type": "ops.rep",
+            "schedule": {"kind": "fix_rate", "every_ms": 700}}))
+        .await
+        .unwrap();
+    let from = Utc::now() + chrono::Duration::seconds(1);
+    let to = from + chrono::Duration::seconds(10);
+    // Both jobs ran through the window (and a little past it); then stop them.
+    for job in [fast, slow] {
+        wait_for(
+            Duration::from_secs(40),
+            "runs past the window",
+            || async move {
+                let runs = runs_of(api, job).await;
+                Ok(runs
+                    .iter()
+                    .any(|r| r["status"] == "succeeded" && time(&r["fire_time"]) > to)
+                    .then_some(()))
+            },
+        )
+        .await
+        .unwrap();
+    }
+    for job in [fast, slow] {
+        let (status, _) = api
+            .post_empty(&format!("/api/jobs/{job}/disable"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+    }
+    let mut expected: Vec<i64> = Vec::new();
+    for job in [fast, slow] {
+        for r in runs_of(api, job).await {
+            let t = time(&r["fire_time"]);
+            if t >= from && t < to && r["offset"].is_i64() {
+                expected.push(r["id"].as_i64().unwrap());
+            }
+        }
+    }
+    expected.sort();
+    assert!(
+        expected.len() >= 40,
+        "{} runs in the window",
+        expected.len()
+    );
+    let window = json!({"job_type": "ops.rep", "from": from.to_rfc3339(), "to": to.to_rfc3339()});
+    let replays = || async move {
+        let mut n = 0;
+        for job in [fast, slow] {
+            n += runs_of(api, job)
+                .await
+                .iter()
+                .filter(|r| r["kind"] == "replay")
+                .count();
+        }
+        n
+    };
+
+    // Dry run: what would run, nothing published.
+    let mut dry = window.clone();
+    dry["dry_run"] = json!(true);
+    let (status, plan) = api.post_json("/api/replay", &dry).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    let mut planned: Vec<i64> = plan["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["original_id"].as_i64().unwrap())
+        .collect();
+    planned.sort();
+    assert_eq!(
+        planned, expected,
+        "the dry run lists exactly the window's runs"
+    );
+    assert_eq!(plan["count"], expected.len());
+    assert_eq!(replays().await, 0, "a dry run publishes nothing");
+    // One job only.
+    let mut one = dry.clone();
+    one["job_id"] = json!(slow);
+    let (_, plan_slow) = api.post_json("/api/replay", &one).await.unwrap();
+    assert!(plan_slow["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["job_id"] == slow));
+    assert!(plan_slow["count"].as_u64().unwrap() < expected.len() as u64);
+
+    // The replay: one new run per original, linked to it, run by the worker.
+    let (status, done) = api.post_json("/api/replay", &window).await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{done}");
+    assert_eq!(done["replayed"], expected.len(), "{done}");
+    assert!(done["replay_id"].is_i64());
+    let new_ids: Vec<i64> = done["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["trigger_id"].as_i64().unwrap())
+        .collect();
+    for id in &new_ids {
+        let run = api.wait_run_status(*id, "succeeded", WAIT).await.unwrap();
+        assert_eq!(run["kind"], "replay");
+        assert!(expected.contains(&run["parent_id"].as_i64().unwrap()));
+        if run["job_id"] == fast {
+            assert_eq!(run["params"], "fast-params", "the original's params");
+        }
+    }
+    assert_eq!(
+        replays().await,
+        expected.len(),
+        "exactly the window's runs again"
+    );
+
+    // By explicit partition offsets: the ranges the window mapped to.
+    let mut by_offsets =
+        json!({"job_type": "ops.rep", "partitions": done["partitions"], "dry_run": true});
+    let (status, plan) = api.post_json("/api/replay", &by_offsets).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert!(plan["count"].as_u64().unwrap() >= expected.len() as u64);
+    by_offsets["partitions"][0]["to_offset"] = json!(1_000_000);
+    let (status, answer) = api.post_json("/api/replay", &by_offsets).await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["field"], "partitions[0].to_offset");
+
+    // Bad windows: refused with a message, nothing published.
+    let backwards =
+        json!({"job_type": "ops.rep", "from": to.to_rfc3339(), "to": from.to_rfc3339()});
+    let (status, answer) = api.post_json("/api/replay", &backwards).await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["field"], "from");
+    let empty = json!({"job_type": "ops.rep", "from": "2001-01-01T00:00:00Z", "to": "2001-01-01T00:00:10Z"});
+    let (status, answer) = api.post_json("/api/replay", &empty).await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["error"]["code"], "nothing_to_replay");
+    assert!(answer["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("nothing to replay"));
+    assert_eq!(
+        replays().await,
+        expected.len(),
+        "refused replays publish nothing"
+    );
+}
