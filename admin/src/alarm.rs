@@ -5,13 +5,16 @@
 //! hangs costs at most `timeout` per attempt, on this task only.
 //!
 //! Webhook: a JSON POST (see [`AlarmPayload`]) with header `Idempotency-Key: cadenza-alarm-<id>`
-//! (the same on every attempt); any 2xx is delivered. E-mail alarms are recorded but delivered
-//! only where an SMTP relay is configured (not yet: they are marked failed with that reason).
+//! (the same on every attempt); any 2xx is delivered. E-mail: a plain-text message through the
+//! SMTP relay of `CADENZA_SMTP_URL`, from `CADENZA_ALARM_FROM`; without a relay, e-mail alarms
+//! are marked failed with that reason.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use lettre::message::{header::ContentType, Mailbox};
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -28,6 +31,13 @@ pub struct AlarmConfig {
     /// Wait before the second attempt, in ms; doubles with each further attempt, up to a minute.
     #[arg(long, env = "CADENZA_ALARM_BACKOFF_MS", default_value_t = 1_000)]
     pub backoff_ms: u64,
+    /// SMTP relay for e-mail alarms: `smtp://host:25` (plain), `smtp://user:pass@host:587?tls=required`
+    /// (STARTTLS) or `smtps://user:pass@host:465`.
+    #[arg(long, env = "CADENZA_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
+    /// Sender address of e-mail alarms.
+    #[arg(long, env = "CADENZA_ALARM_FROM", default_value = "cadenza@localhost")]
+    pub alarm_from: String,
 }
 
 /// Alarms claimed per round.
@@ -110,10 +120,13 @@ impl Claimed {
     }
 }
 
+type Mailer = AsyncSmtpTransport<Tokio1Executor>;
+
 pub struct AlarmSender {
     pool: PgPool,
     config: AlarmConfig,
     http: reqwest::Client,
+    mailer: Option<(Mailer, Mailbox)>,
 }
 
 impl AlarmSender {
@@ -122,7 +135,28 @@ impl AlarmSender {
             .timeout(Duration::from_millis(config.timeout_ms))
             .user_agent(concat!("cadenza-admin/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { pool, config, http })
+        let mailer = match &config.smtp_url {
+            None => None,
+            Some(url) => {
+                let transport = Mailer::from_url(url)
+                    .map_err(|e| anyhow::anyhow!("CADENZA_SMTP_URL is not a usable SMTP URL: {e}"))?
+                    .timeout(Some(Duration::from_millis(config.timeout_ms)))
+                    .build();
+                let from: Mailbox = config.alarm_from.parse().map_err(|e| {
+                    anyhow::anyhow!(
+                        "CADENZA_ALARM_FROM {:?} is not an e-mail address: {e}",
+                        config.alarm_from
+                    )
+                })?;
+                Some((transport, from))
+            }
+        };
+        Ok(Self {
+            pool,
+            config,
+            http,
+            mailer,
+        })
     }
 
     /// Wait before attempt `n + 1` after attempt `n` failed.
@@ -151,10 +185,7 @@ impl AlarmSender {
     async fn deliver(&self, a: &Claimed) {
         let outcome = match a.channel.as_str() {
             "webhook" => self.post(a).await,
-            "email" => Err(
-                "e-mail alarms need an SMTP relay, which this admin does not support yet"
-                    .to_owned(),
-            ),
+            "email" => self.mail(a).await,
             other => Err(format!("unknown alarm channel {other:?}")),
         };
         let stored = match &outcome {
@@ -203,6 +234,60 @@ impl AlarmSender {
         } else {
             Err(format!("the receiver answered {status}"))
         }
+    }
+
+    async fn mail(&self, a: &Claimed) -> Result<(), String> {
+        let Some((mailer, from)) = &self.mailer else {
+            return Err("no SMTP relay is configured (set CADENZA_SMTP_URL)".to_owned());
+        };
+        let to: Mailbox = a
+            .target
+            .parse()
+            .map_err(|e| format!("{:?} is not an e-mail address: {e}", a.target))?;
+        let p = a.payload();
+        let subject = format!(
+            "[cadenza] {} run {} of job {} ({})",
+            p.status, p.run.id, p.job.id, p.job.name
+        );
+        let body = format!(
+            "Run {run} of job {job} \"{name}\" (type {jt}) ended {status}.\n\n\
+             kind:        {kind}\n\
+             attempt:     {attempt} (retry {retry})\n\
+             fire time:   {fire}\n\
+             started:     {started}\n\
+             finished:    {finished}\n\
+             worker:      {worker}\n\n\
+             {message}\n",
+            run = p.run.id,
+            job = p.job.id,
+            name = p.job.name,
+            jt = p.job.job_type,
+            status = p.status,
+            kind = p.run.kind,
+            attempt = p.run.attempt,
+            retry = p.run.retry_no,
+            fire = p.run.fire_time.to_rfc3339(),
+            started = p.run.started_at.map(|t| t.to_rfc3339()).unwrap_or_default(),
+            finished = p
+                .run
+                .finished_at
+                .map(|t| t.to_rfc3339())
+                .unwrap_or_default(),
+            worker = p.run.worker_id.as_deref().unwrap_or("-"),
+            message = p.message.as_deref().unwrap_or(""),
+        );
+        let email = Message::builder()
+            .from(from.clone())
+            .to(to)
+            .subject(subject)
+            .header(ContentType::TEXT_PLAIN)
+            .body(body)
+            .map_err(|e| format!("cannot build the message: {e}"))?;
+        mailer
+            .send(email)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("SMTP relay refused or failed: {e}"))
     }
 
     /// Delivers until `shutdown`.

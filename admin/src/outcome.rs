@@ -6,7 +6,7 @@
 //! step is idempotent: a retry is unique per failed run, a child run per parent, job and shard,
 //! an alarm per run, channel and target; so replaying a result changes nothing.
 
-use cadenza_schemas::TriggerKind;
+use cadenza_schemas::{RunStatus, TriggerKind};
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
@@ -73,26 +73,70 @@ impl NewRuns {
     }
 }
 
-/// Follows up the runs `ids` that just reached a terminal status (in this transaction).
+/// Whether a terminal status is a failure: retried and alarmed.
+pub fn is_failure(status: RunStatus) -> bool {
+    matches!(
+        status,
+        RunStatus::Failed | RunStatus::TimedOut | RunStatus::Lost
+    )
+}
+
+/// Follows up the runs that just reached a terminal status (in this transaction), given with
+/// that status.
 pub async fn after_terminal(
     conn: &mut PgConnection,
     registry: &Registry,
-    ids: &[i64],
+    ended: &[(i64, RunStatus)],
 ) -> Result<FollowUp, sqlx::Error> {
-    if ids.is_empty() {
+    if ended.is_empty() {
         return Ok(FollowUp::default());
     }
-    let retried: Vec<(i64, i64, bool)> = sqlx::query_as(sql!("ingest/retry_failed"))
-        .bind(ids)
-        .fetch_all(&mut *conn)
-        .await?;
-    let retried_parents: Vec<i64> = retried.iter().map(|(p, _, _)| *p).collect();
+    let ids: Vec<i64> = ended.iter().map(|(id, _)| *id).collect();
+    let failed: Vec<i64> = ended
+        .iter()
+        .filter(|(_, s)| is_failure(*s))
+        .map(|(id, _)| *id)
+        .collect();
+    let succeeded: Vec<i64> = ended
+        .iter()
+        .filter(|(_, s)| *s == RunStatus::Succeeded)
+        .map(|(id, _)| *id)
+        .collect();
+    let mut out = FollowUp::default();
+    let mut retried_parents: Vec<i64> = Vec::new();
+    if !failed.is_empty() {
+        let retried: Vec<(i64, i64, bool)> = sqlx::query_as(sql!("ingest/retry_failed"))
+            .bind(&failed)
+            .fetch_all(&mut *conn)
+            .await?;
+        out.retries = retried.len();
+        retried_parents = retried.iter().map(|(p, _, _)| *p).collect();
+        out.alarms = sqlx::query(sql!("ingest/alarms_for"))
+            .bind(&failed)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    }
     sqlx::query(sql!("ingest/fix_delay_next"))
-        .bind(ids)
+        .bind(&ids)
         .bind(&retried_parents)
         .execute(&mut *conn)
         .await?;
+    if !succeeded.is_empty() {
+        out.children = fire_children(conn, registry, &succeeded).await?;
+    }
+    if out != FollowUp::default() {
+        tracing::debug!(?out, "follow-up of finished runs");
+    }
+    Ok(out)
+}
 
+/// Fires the children of the succeeded runs `ids`; returns how many runs it inserted.
+async fn fire_children(
+    conn: &mut PgConnection,
+    registry: &Registry,
+    ids: &[i64],
+) -> Result<usize, sqlx::Error> {
     sqlx::query(sql!("ingest/lock_fire_groups"))
         .bind(ids)
         .execute(&mut *conn)
@@ -114,20 +158,5 @@ pub async fn after_terminal(
             Some(parent),
         );
     }
-    let fired = children.insert(&mut *conn).await?;
-
-    let alarms = sqlx::query(sql!("ingest/alarms_for"))
-        .bind(ids)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    let out = FollowUp {
-        retries: retried.len(),
-        children: fired.len(),
-        alarms,
-    };
-    if out != FollowUp::default() {
-        tracing::debug!(?out, "follow-up of finished runs");
-    }
-    Ok(out)
+    Ok(children.insert(&mut *conn).await?.len())
 }

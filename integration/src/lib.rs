@@ -49,6 +49,7 @@ mod postgres;
 mod process;
 mod receiver;
 mod runs;
+mod smtp;
 mod util;
 mod wait;
 
@@ -66,5 +67,6 @@ pub use process::ProcessHandle;
 pub use receiver::{Received, Receiver};
 pub use reqwest::{Method, StatusCode};
 pub use runs::json_time;
+pub use smtp::{Mail, SmtpSink};
 pub use util::{free_port, random_hex, wait_for_port};
 pub use wait::{wait_for, wait_until};

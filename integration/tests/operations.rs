@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{json_time, wait_for, ApiClient, Cluster, Receiver, StatusCode};
+use cadenza_integration::{
+    json_time, wait_for, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
+};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -98,7 +100,21 @@ async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
                 "job {job}: retry {k} started {gap} ms after the failure, backoff {want} ms"
             );
         }
+        // The daily report counts every run that ended.
+        let (status, report) = api
+            .get_json(&format!("/api/report?job_id={job}"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{report}");
+        // (Runs around midnight UTC count on two days.)
+        let rows = report["rows"].as_array().unwrap();
+        assert!(rows.iter().all(|r| r["status"] == "failed"), "{report}");
+        let failed: i64 = rows.iter().map(|r| r["runs"].as_i64().unwrap()).sum();
+        assert_eq!(failed, 3, "{report}");
     }
+    let (status, bad) = api.get_json("/api/report?from=yesterday").await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    assert_eq!(bad["error"]["field"], "from");
 }
 
 #[tokio::test]
@@ -686,4 +702,62 @@ async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothin
         expected.len(),
         "refused replays publish nothing"
     );
+}
+
+#[tokio::test]
+async fn a_failed_run_sends_an_email_alarm_through_the_smtp_relay() {
+    let sink = SmtpSink::start().await.unwrap();
+    let cluster = Cluster::start().await.unwrap();
+    let url = sink.url();
+    let admin = cluster
+        .spawn_admin(&[
+            ("CADENZA_SMTP_URL", url.as_str()),
+            ("CADENZA_ALARM_FROM", "alarms@cadenza.test"),
+        ])
+        .await
+        .unwrap();
+    let _w = cluster
+        .spawn_worker("ops.fail=fail", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let job = api
+        .create_job(
+            &json!({"name": "nightly export", "job_type": "ops.fail", "schedule": {"kind": "none"},
+            "params": "bucket missing", "alarm_emails": ["ops@example.com", "oncall@example.com"]}),
+        )
+        .await
+        .unwrap();
+    let id = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(id, "failed", WAIT).await.unwrap();
+    let mails = wait_for(WAIT, "two e-mails", || async {
+        let m = sink.received();
+        Ok((m.len() >= 2).then_some(m))
+    })
+    .await
+    .unwrap();
+    assert_eq!(mails.len(), 2, "one per address: {mails:#?}");
+    let mut to: Vec<String> = mails.iter().flat_map(|m| m.to.clone()).collect();
+    to.sort();
+    assert_eq!(to, ["oncall@example.com", "ops@example.com"]);
+    for m in &mails {
+        assert_eq!(m.from, "alarms@cadenza.test");
+        assert!(
+            m.data
+                .contains(&format!("failed run {id} of job {job} (nightly export)")),
+            "{}",
+            m.data
+        );
+        assert!(m.data.contains("bucket missing"), "{}", m.data);
+    }
+    let alarms = wait_for(WAIT, "both alarms recorded sent", || async move {
+        let (_, a) = api
+            .get_json(&format!("/api/alarms?trigger_id={id}"))
+            .await?;
+        let a = a["alarms"].as_array().cloned().unwrap_or_default();
+        Ok((a.len() == 2 && a.iter().all(|x| x["status"] == "sent")).then_some(a))
+    })
+    .await
+    .unwrap();
+    assert!(alarms.iter().all(|a| a["channel"] == "email"));
 }

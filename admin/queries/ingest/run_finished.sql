@@ -10,4 +10,4 @@ FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::i
            finished_at, message, log)
 WHERE t.id = u.id
   AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
-RETURNING t.id
+RETURNING t.id, t.status

@@ -6,5 +6,8 @@ FROM triggers
 WHERE ($1::bigint IS NULL OR job_id = $1)
   AND ($2::text IS NULL OR status = $2)
   AND id < $3
+  AND ($5::timestamptz IS NULL OR fire_time >= $5)
+  AND ($6::timestamptz IS NULL OR fire_time < $6)
+  AND ($7::text IS NULL OR kind = $7)
 ORDER BY id DESC
 LIMIT $4

@@ -5,6 +5,7 @@ mod alarms;
 mod error;
 mod jobs;
 mod replay;
+mod report;
 mod triggers;
 mod workers;
 
@@ -91,6 +92,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/workers", get(workers::list))
         .route("/alarms", get(alarms::list))
         .route("/replay", post(replay::create))
+        .route("/report", get(report::daily))
         .fallback(fallback)
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use axum::extract::{Path, Query};
 use axum::Json;
-use cadenza_schemas::RunStatus;
+use cadenza_schemas::{RunStatus, TriggerKind};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -86,11 +86,36 @@ pub async fn list(
         Some(s) => parse_id("before_id", s)?,
     };
     let limit = parse_limit(q.get("limit"))?;
+    let time = |field: &str| -> ApiResult<Option<DateTime<Utc>>> {
+        q.get(field)
+            .map(|s| {
+                DateTime::parse_from_rfc3339(s)
+                    .map(|t| t.with_timezone(&Utc))
+                    .map_err(|_| {
+                        ApiError::invalid(
+                            field,
+                            format!("{s:?} is not an RFC 3339 time such as 2026-11-21T10:00:00Z"),
+                        )
+                    })
+            })
+            .transpose()
+    };
+    let (from, to) = (time("from")?, time("to")?);
+    let kind = match q.get("kind") {
+        None => None,
+        Some(s) => Some(
+            s.parse::<TriggerKind>()
+                .map_err(|e| ApiError::invalid("kind", e))?,
+        ),
+    };
     let mut runs: Vec<Run> = sqlx::query_as(sql!("triggers/list"))
         .bind(job_id)
         .bind(status.map(|s| s.as_str()))
         .bind(before)
         .bind(limit)
+        .bind(from)
+        .bind(to)
+        .bind(kind.map(|k| k.as_str()))
         .fetch_all(&state.pool)
         .await?;
     let now = Utc::now();

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{ResultEvent, RunFinished, RunLogLines, RunStarted};
+use cadenza_schemas::{ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
 use sqlx::PgPool;
@@ -104,7 +104,7 @@ pub async fn apply(
     }
     let mut changed = 0;
     if !finished.is_empty() {
-        let rows: Vec<(i64,)> = sqlx::query_as(sql!("ingest/run_finished"))
+        let rows: Vec<(i64, String)> = sqlx::query_as(sql!("ingest/run_finished"))
             .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
             .bind(
                 finished
@@ -144,8 +144,11 @@ pub async fn apply(
             .fetch_all(&mut *tx)
             .await?;
         changed = rows.len();
-        let ids: Vec<i64> = rows.iter().map(|(id, ..)| *id).collect();
-        crate::outcome::after_terminal(&mut tx, registry, &ids).await?;
+        let ended: Vec<(i64, RunStatus)> = rows
+            .into_iter()
+            .filter_map(|(id, status)| status.parse().ok().map(|s| (id, s)))
+            .collect();
+        crate::outcome::after_terminal(&mut tx, registry, &ended).await?;
     }
     tx.commit().await?;
     Ok(changed)

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cadenza_schemas::RunStatus;
 use tokio_util::sync::CancellationToken;
 
 use super::SchedulerContext;
@@ -47,7 +48,10 @@ impl LostSweeper {
             .fetch_all(&mut *tx)
             .await?;
         if !lost.is_empty() {
-            let follow = crate::outcome::after_terminal(&mut tx, &self.ctx.registry, &lost).await?;
+            let ended: Vec<(i64, RunStatus)> =
+                lost.iter().map(|id| (*id, RunStatus::Lost)).collect();
+            let follow =
+                crate::outcome::after_terminal(&mut tx, &self.ctx.registry, &ended).await?;
             tracing::warn!(runs = ?lost, retries = follow.retries, "runs of dead workers recorded lost");
         }
         tx.commit().await?;
