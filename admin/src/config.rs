@@ -54,6 +54,9 @@ pub struct AdminConfig {
 
     #[command(flatten)]
     pub alarms: crate::alarm::AlarmConfig,
+
+    #[command(flatten)]
+    pub retention: crate::retention::RetentionConfig,
 }
 
 /// Timing of leases, scans and publication.

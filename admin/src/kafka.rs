@@ -87,6 +87,8 @@ impl KafkaClients {
             )
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "false")
+            // A start the broker no longer has (log retention) reads from what it still has.
+            .set("auto.offset.reset", "earliest")
             .set("fetch.wait.max.ms", "10");
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {

@@ -26,6 +26,7 @@ pub mod jobs;
 pub mod kafka;
 pub mod outcome;
 pub mod replay;
+pub mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
@@ -117,6 +118,9 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         config.alarms.clone(),
     )?);
     tracker.spawn(alarms.run(shutdown.clone()));
+    tracker.spawn(
+        retention::Retention::new(pool.clone(), config.retention.clone()).run(shutdown.clone()),
+    );
     tracker.spawn(ingest::heartbeats::run(
         pool.clone(),
         kafka.clone(),

@@ -331,7 +331,8 @@ pub async fn replay(
         outcome.runs = found.into_iter().map(|f| f.run).collect();
         return Ok(outcome);
     }
-    let request = serde_json::to_value(req).map_err(|e| ReplayError::Broker(e.into()))?;
+    // The audit keeps the request as given (plain data: serialising it cannot fail).
+    let request = serde_json::to_value(req).unwrap_or_default();
     let rows: Vec<(i64, i64, i64, bool)> = sqlx::query_as(sql!("replay/insert"))
         .bind(req.job_type.as_str())
         .bind(sqlx::types::Json(request))

@@ -761,3 +761,93 @@ async fn a_failed_run_sends_an_email_alarm_through_the_smtp_relay() {
     .unwrap();
     assert!(alarms.iter().all(|a| a["channel"] == "email"));
 }
+
+#[tokio::test]
+async fn retention_drops_old_partitions_whole_and_keeps_recent_runs() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[
+            ("CADENZA_PARTITION_MS", "1500"),
+            ("CADENZA_RETENTION_MS", "4000"),
+        ])
+        .await
+        .unwrap();
+    let _w = cluster
+        .spawn_worker("ops.ok=noop", "ops", &[])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let job = api
+        .create_job(&json!({"name": "ticker", "job_type": "ops.ok",
+            "schedule": {"kind": "fix_rate", "every_ms": 200}}))
+        .await
+        .unwrap();
+    let first = wait_for(WAIT, "a first run", || async move {
+        Ok(runs_of(api, job)
+            .await
+            .first()
+            .and_then(|r| r["id"].as_i64()))
+    })
+    .await
+    .unwrap();
+    wait_for(
+        Duration::from_secs(40),
+        "the first run to be dropped with its partition",
+        || async move {
+            let (status, _) = api.get_json(&format!("/api/triggers/{first}")).await?;
+            Ok((status == StatusCode::NOT_FOUND).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    // What is kept is whole: the job's fire times since the oldest kept run, without a gap.
+    let kept = runs_of(api, job).await;
+    assert!(kept.len() >= 10, "recent runs are kept: {}", kept.len());
+    let mut times: Vec<DateTime<Utc>> = kept.iter().map(|r| time(&r["fire_time"])).collect();
+    times.sort();
+    for w in times.windows(2) {
+        assert_eq!(ms(w[1] - w[0]), 200, "no gap among kept runs: {times:?}");
+    }
+    let newest_kept_age = ms(Utc::now() - *times.last().unwrap());
+    assert!(newest_kept_age < 3000, "the newest runs are there");
+    // Dropped as whole tables, and the record of partitions says which are left.
+    let pool = cluster.pool().await.unwrap();
+    let listed: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM trigger_partitions ORDER BY block")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class WHERE relname ~ '^triggers_b[0-9]+$' AND relkind = 'r' ORDER BY oid",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(!listed.contains(&"triggers_b0".to_owned()), "{listed:?}");
+    let mut sorted_tables = tables.clone();
+    sorted_tables.sort();
+    let mut sorted_listed = listed.clone();
+    sorted_listed.sort();
+    assert_eq!(
+        sorted_tables, sorted_listed,
+        "every partition left is listed"
+    );
+    assert!(listed.len() <= 6, "old partitions are gone: {listed:?}");
+    // The daily report still counts the runs whose records are gone.
+    let (_, report) = api
+        .get_json(&format!("/api/report?job_id={job}"))
+        .await
+        .unwrap();
+    let counted: i64 = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "succeeded")
+        .map(|r| r["runs"].as_i64().unwrap())
+        .sum();
+    let kept_succeeded = kept.iter().filter(|r| r["status"] == "succeeded").count() as i64;
+    assert!(
+        counted > kept_succeeded,
+        "{counted} counted, {kept_succeeded} kept"
+    );
+}

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cadenza_schemas::RunStatus;
 use clap::{Args, Parser, Subcommand};
 use comfy_table::{presets::NOTHING, Table};
 use reqwest::Method;
@@ -537,15 +538,10 @@ impl IfEmpty for String {
     }
 }
 
-const TERMINAL: [&str; 7] = [
-    "succeeded",
-    "failed",
-    "timed_out",
-    "discarded",
-    "cancelled",
-    "lost",
-    "misfired",
-];
+/// Whether a run's status (as the API shows it) is final.
+fn is_terminal(status: &str) -> bool {
+    status.parse::<RunStatus>().is_ok_and(|s| s.is_terminal())
+}
 
 async fn runs(client: &Client, out: &Output, cmd: RunsCmd) -> Result<(), CliError> {
     match cmd {
@@ -584,14 +580,14 @@ async fn tail(client: &Client, out: &Output, id: i64, every_ms: u64) -> Result<(
             let new = new_text(&shown, log);
             if !new.is_empty() {
                 print!("{new}");
-                if !new.ends_with('\n') && TERMINAL.contains(&status.as_str()) {
+                if !new.ends_with('\n') && is_terminal(&status) {
                     println!();
                 }
                 let _ = std::io::stdout().flush();
             }
         }
         shown = log.to_owned();
-        if TERMINAL.contains(&status.as_str()) {
+        if is_terminal(&status) {
             if out.json {
                 out.print_json(&run);
             } else if let Some(m) = run["message"].as_str() {
