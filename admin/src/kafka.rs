@@ -1,6 +1,7 @@
 //! The one place that builds the admin's Kafka clients, and topic management.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use cadenza_schemas::{JobType, Topics, TriggerRecord};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::ClientConfig;
@@ -30,6 +31,8 @@ pub struct KafkaSettings {
 pub struct KafkaClients {
     pub settings: KafkaSettings,
     producer: RwLock<FutureProducer>,
+    /// A send failed because the broker fenced this producer: replace it.
+    fenced: AtomicBool,
     admin: AdminClient<DefaultClientContext>,
     partitions: Mutex<HashMap<JobType, i32>>,
 }
@@ -141,8 +144,15 @@ impl KafkaClients {
     /// e.g. after the process was paused past its delivery timeout, refuses every send after).
     /// Returns whether it was replaced.
     pub fn renew_producer_if_fatal(&self) -> bool {
-        let Some((code, reason)) = self.producer().client().fatal_error() else {
-            return false;
+        let fatal = self.producer().client().fatal_error();
+        let fenced = self.fenced.swap(false, Ordering::Relaxed);
+        let (code, reason) = match fatal {
+            Some(f) => f,
+            None if fenced => (
+                RDKafkaErrorCode::ProducerFenced,
+                "a send was refused as from a fenced producer".to_owned(),
+            ),
+            None => return false,
         };
         match new_producer(&self.settings) {
             Ok(fresh) => {
@@ -157,12 +167,30 @@ impl KafkaClients {
         }
     }
 
+    /// Notes a failed send: an error that means the broker no longer accepts this producer's id
+    /// or epoch (which librdkafka does not always raise as fatal) gets the producer replaced
+    /// before the next send.
+    pub fn note_send_error(&self, e: &KafkaError) {
+        if matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::UnknownProducerId
+                    | RDKafkaErrorCode::InvalidProducerIdMapping
+            )
+        ) {
+            self.fenced.store(true, Ordering::Relaxed);
+        }
+    }
+
     pub fn new(settings: KafkaSettings) -> anyhow::Result<Self> {
         let producer = new_producer(&settings)?;
         let admin: AdminClient<DefaultClientContext> = base_config(&settings.brokers).create()?;
         Ok(Self {
             settings,
             producer: RwLock::new(producer),
+            fenced: AtomicBool::new(false),
             admin,
             partitions: Mutex::new(HashMap::new()),
         })

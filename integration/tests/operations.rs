@@ -6,12 +6,25 @@
 use std::time::Duration;
 
 use cadenza_integration::{
-    json_time, wait_for, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
+    json_time, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
+    WorkerHandle,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
+
+/// A cluster with one admin (with `admin_env`) and one worker serving `serve` in `group`.
+async fn start(
+    admin_env: &[(&str, &str)],
+    serve: &str,
+    group: &str,
+) -> (Cluster, AdminHandle, WorkerHandle) {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(admin_env).await.unwrap();
+    let worker = cluster.spawn_worker(serve, group, &[]).await.unwrap();
+    (cluster, admin, worker)
+}
 
 /// A job's runs, oldest first.
 async fn runs_of(api: &ApiClient, job: i64) -> Vec<Value> {
@@ -47,12 +60,7 @@ fn ms(d: chrono::Duration) -> i64 {
 
 #[tokio::test]
 async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
-    let cluster = Cluster::start().await.unwrap();
-    let admin = cluster.spawn_admin(&[]).await.unwrap();
-    let _w = cluster
-        .spawn_worker("ops.fail=fail", "ops", &[])
-        .await
-        .unwrap();
+    let (_cluster, admin, _w) = start(&[], "ops.fail=fail", "ops").await;
     let api = &admin.api();
     let fixed = api
         .create_job(
@@ -119,12 +127,7 @@ async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
 
 #[tokio::test]
 async fn children_fire_once_on_success_and_not_on_failure() {
-    let cluster = Cluster::start().await.unwrap();
-    let admin = cluster.spawn_admin(&[]).await.unwrap();
-    let _w = cluster
-        .spawn_worker("ops.ok=noop,ops.fail=fail", "ops", &[])
-        .await
-        .unwrap();
+    let (_cluster, admin, _w) = start(&[], "ops.ok=noop,ops.fail=fail", "ops").await;
     let api = &admin.api();
     let none = |name: &str, job_type: &str| json!({"name": name, "job_type": job_type, "schedule": {"kind": "none"}});
     let c1 = api.create_job(&none("c1", "ops.ok")).await.unwrap();
@@ -354,19 +357,12 @@ async fn a_run_on_a_killed_worker_is_lost_then_retried() {
 async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_nothing() {
     let receiver = Receiver::start().await.unwrap();
     let hanging = Receiver::hanging().await.unwrap();
-    let cluster = Cluster::start().await.unwrap();
-    let admin = cluster
-        .spawn_admin(&[
-            ("CADENZA_ALARM_TIMEOUT_MS", "500"),
-            ("CADENZA_ALARM_ATTEMPTS", "2"),
-            ("CADENZA_ALARM_BACKOFF_MS", "200"),
-        ])
-        .await
-        .unwrap();
-    let _w = cluster
-        .spawn_worker("ops.fail=fail,ops.ok=noop", "ops", &[])
-        .await
-        .unwrap();
+    let alarm_env = [
+        ("CADENZA_ALARM_TIMEOUT_MS", "500"),
+        ("CADENZA_ALARM_ATTEMPTS", "2"),
+        ("CADENZA_ALARM_BACKOFF_MS", "200"),
+    ];
+    let (_cluster, admin, _w) = start(&alarm_env, "ops.fail=fail,ops.ok=noop", "ops").await;
     let api = &admin.api();
     let failing = api
         .create_job(
@@ -473,12 +469,7 @@ async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_
 
 #[tokio::test]
 async fn an_api_trigger_can_be_delayed_and_bad_requests_are_refused() {
-    let cluster = Cluster::start().await.unwrap();
-    let admin = cluster.spawn_admin(&[]).await.unwrap();
-    let _w = cluster
-        .spawn_worker("ops.ok=noop", "ops", &[])
-        .await
-        .unwrap();
+    let (_cluster, admin, _w) = start(&[], "ops.ok=noop", "ops").await;
     let api = &admin.api();
     let job = api
         .create_job(
@@ -546,12 +537,7 @@ async fn an_api_trigger_can_be_delayed_and_bad_requests_are_refused() {
 
 #[tokio::test]
 async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothing() {
-    let cluster = Cluster::start().await.unwrap();
-    let admin = cluster.spawn_admin(&[]).await.unwrap();
-    let _w = cluster
-        .spawn_worker("ops.rep=noop", "rep", &[])
-        .await
-        .unwrap();
+    let (_cluster, admin, _w) = start(&[], "ops.rep=noop", "rep").await;
     let api = &admin.api();
     let fast = api
         .create_job(
@@ -707,19 +693,12 @@ async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothin
 #[tokio::test]
 async fn a_failed_run_sends_an_email_alarm_through_the_smtp_relay() {
     let sink = SmtpSink::start().await.unwrap();
-    let cluster = Cluster::start().await.unwrap();
     let url = sink.url();
-    let admin = cluster
-        .spawn_admin(&[
-            ("CADENZA_SMTP_URL", url.as_str()),
-            ("CADENZA_ALARM_FROM", "alarms@cadenza.test"),
-        ])
-        .await
-        .unwrap();
-    let _w = cluster
-        .spawn_worker("ops.fail=fail", "ops", &[])
-        .await
-        .unwrap();
+    let smtp_env = [
+        ("CADENZA_SMTP_URL", url.as_str()),
+        ("CADENZA_ALARM_FROM", "alarms@cadenza.test"),
+    ];
+    let (_cluster, admin, _w) = start(&smtp_env, "ops.fail=fail", "ops").await;
     let api = &admin.api();
     let job = api
         .create_job(
@@ -764,18 +743,11 @@ async fn a_failed_run_sends_an_email_alarm_through_the_smtp_relay() {
 
 #[tokio::test]
 async fn retention_drops_old_partitions_whole_and_keeps_recent_runs() {
-    let cluster = Cluster::start().await.unwrap();
-    let admin = cluster
-        .spawn_admin(&[
-            ("CADENZA_PARTITION_MS", "1500"),
-            ("CADENZA_RETENTION_MS", "4000"),
-        ])
-        .await
-        .unwrap();
-    let _w = cluster
-        .spawn_worker("ops.ok=noop", "ops", &[])
-        .await
-        .unwrap();
+    let retention_env = [
+        ("CADENZA_PARTITION_MS", "1500"),
+        ("CADENZA_RETENTION_MS", "4000"),
+    ];
+    let (cluster, admin, _w) = start(&retention_env, "ops.ok=noop", "ops").await;
     let api = &admin.api();
     let job = api
         .create_job(&json!({"name": "ticker", "job_type": "ops.ok",

@@ -270,6 +270,7 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
                 max_lateness = max_lateness.max((sent_at - fire_time).num_milliseconds());
             }
             Ok(Err((e, _))) => {
+                ctx.kafka.note_send_error(&e);
                 tracing::warn!(trigger_id = id, error = %e, "send failed");
                 outcome.failed += 1;
             }

@@ -198,7 +198,10 @@ async fn write_fence(
         .await
     {
         Ok(d) => Ok(d.offset),
-        Err((e, _)) => Err(e.into()),
+        Err((e, _)) => {
+            ctx.kafka.note_send_error(&e);
+            Err(e.into())
+        }
     }
 }
 
