@@ -24,9 +24,6 @@ ALTER INDEX triggers_type_fire RENAME TO triggers_b0_type_fire;
 ALTER INDEX triggers_job_fire_time RENAME TO triggers_b0_job_fire_time;
 ALTER INDEX triggers_one_retry RENAME TO triggers_b0_one_retry;
 ALTER INDEX triggers_one_child RENAME TO triggers_b0_one_child;
--- Statement triggers with transition tables live on the partitioned table, not on partitions.
-DROP TRIGGER daily_report_update ON triggers_b0;
-DROP TRIGGER daily_report_insert ON triggers_b0;
 -- Alarms outlive nothing: they are deleted with their partition's runs.
 ALTER TABLE alarms DROP CONSTRAINT alarms_trigger_id_fkey;
 
@@ -46,13 +43,6 @@ CREATE INDEX triggers_running ON triggers (shard, started_at) WHERE status = 'ru
 CREATE INDEX triggers_requested ON triggers (shard, fire_time)
     WHERE status = 'scheduled' AND kind IN ('manual', 'api', 'retry', 'child', 'replay');
 CREATE INDEX triggers_type_fire ON triggers (job_type, fire_time) WHERE "offset" IS NOT NULL;
-
-CREATE TRIGGER daily_report_update AFTER UPDATE ON triggers
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION daily_report_on_update();
-CREATE TRIGGER daily_report_insert AFTER INSERT ON triggers
-    REFERENCING NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION daily_report_on_insert();
 
 -- The partitions and when each began to receive runs.
 CREATE TABLE trigger_partitions (

@@ -1,6 +1,7 @@
-//! What a run's end sets off, in the transaction that records it: a retry of a failed run
-//! (`retries`, backoff), the job's children on success (for a `sharding_broadcast` fire, once
-//! every shard has succeeded), the next fire time of a `fix_delay` job, and alarms.
+//! What a run's end sets off, in the transaction that records it: its count in the daily report,
+//! a retry of a failed run (`retries`, backoff), the job's children on success (for a
+//! `sharding_broadcast` fire, once every shard has succeeded), the next fire time of a
+//! `fix_delay` job, and alarms.
 //!
 //! Called by result ingest (a worker's `finished`) and by the lost-run sweeper (`lost`). Every
 //! step is idempotent: a retry is unique per failed run, a child run per parent, job and shard,
@@ -73,6 +74,17 @@ impl NewRuns {
     }
 }
 
+/// Counts the runs `ids`, which just ended in this transaction, in the daily report.
+pub async fn count_in_report(conn: &mut PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
+    if !ids.is_empty() {
+        sqlx::query(sql!("report/count_ended"))
+            .bind(ids)
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Whether a terminal status is a failure: retried and alarmed.
 pub fn is_failure(status: RunStatus) -> bool {
     matches!(
@@ -92,6 +104,7 @@ pub async fn after_terminal(
         return Ok(FollowUp::default());
     }
     let ids: Vec<i64> = ended.iter().map(|(id, _)| *id).collect();
+    count_in_report(&mut *conn, &ids).await?;
     let failed: Vec<i64> = ended
         .iter()
         .filter(|(_, s)| is_failure(*s))

@@ -417,6 +417,26 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
         admin.log().contains("lease renewal failed"),
         "the outage is logged"
     );
+    // The daily report counts the misfires, whichever path recorded them (scan or recovery).
+    let misfired: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM triggers WHERE job_id = $1 AND status = 'misfired'",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (_, report) = api
+        .get_json(&format!("/api/report?job_id={id}"))
+        .await
+        .unwrap();
+    let counted: i64 = report["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "misfired")
+        .map(|r| r["runs"].as_i64().unwrap())
+        .sum();
+    assert_eq!(counted, misfired, "{report}");
 }
 
 /// An admin died after marking two runs `publishing`: one had reached the broker, the other had

@@ -1,5 +1,5 @@
 //! `/api/report`: runs per day, job and status (the dashboard's daily report), kept up to date
-//! as runs end (see migration `0006_daily_report.sql`).
+//! in the transaction that ends each run (`outcome::count_in_report`).
 
 use std::collections::{BTreeMap, HashMap};
 

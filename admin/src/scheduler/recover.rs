@@ -33,10 +33,13 @@ pub async fn load_shards(ctx: &SchedulerContext, shards: &[u32]) -> anyhow::Resu
 }
 
 async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> anyhow::Result<()> {
+    let mut tx = ctx.pool.begin().await?;
     let misfired: Vec<i64> = sqlx::query_scalar(sql!("recover/misfire_overdue"))
         .bind(shards)
-        .fetch_all(&ctx.pool)
+        .fetch_all(&mut *tx)
         .await?;
+    crate::outcome::count_in_report(&mut tx, &misfired).await?;
+    tx.commit().await?;
     if !misfired.is_empty() {
         tracing::warn!(count = misfired.len(), "overdue runs recorded as misfired");
     }

@@ -242,6 +242,12 @@ impl Scanner {
             .bind(&p_total)
             .fetch_all(&mut *tx)
             .await?;
+        let misfired: Vec<i64> = inserted
+            .iter()
+            .filter(|r| r.status == RunStatus::Misfired.as_str())
+            .map(|r| r.id)
+            .collect();
+        crate::outcome::count_in_report(&mut tx, &misfired).await?;
         sqlx::query(sql!("scan/advance_jobs"))
             .bind(&a_id)
             .bind(&a_next)
