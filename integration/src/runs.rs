@@ -120,4 +120,21 @@ impl ApiClient {
         )
         .await
     }
+
+    /// Runs of `job` with `status` in the daily report (`GET /api/report`, its default window),
+    /// summed over the days.
+    pub async fn reported_runs(&self, job: i64, status: &str) -> Result<i64> {
+        let (code, report) = self.get_json(&format!("/api/report?job_id={job}")).await?;
+        if code != StatusCode::OK {
+            bail!("GET /api/report answered {code}: {report}");
+        }
+        Ok(report["rows"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r["status"] == status)
+            .filter_map(|r| r["runs"].as_i64())
+            .sum())
+    }
 }

@@ -108,17 +108,9 @@ async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
                 "job {job}: retry {k} started {gap} ms after the failure, backoff {want} ms"
             );
         }
-        // The daily report counts every run that ended.
-        let (status, report) = api
-            .get_json(&format!("/api/report?job_id={job}"))
-            .await
-            .unwrap();
-        assert_eq!(status, StatusCode::OK, "{report}");
-        // (Runs around midnight UTC count on two days.)
-        let rows = report["rows"].as_array().unwrap();
-        assert!(rows.iter().all(|r| r["status"] == "failed"), "{report}");
-        let failed: i64 = rows.iter().map(|r| r["runs"].as_i64().unwrap()).sum();
-        assert_eq!(failed, 3, "{report}");
+        // The daily report counts every run that ended (around midnight UTC, on two days).
+        assert_eq!(api.reported_runs(job, "failed").await.unwrap(), 3);
+        assert_eq!(api.reported_runs(job, "succeeded").await.unwrap(), 0);
     }
     let (status, bad) = api.get_json("/api/report?from=yesterday").await.unwrap();
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
@@ -806,17 +798,7 @@ async fn retention_drops_old_partitions_whole_and_keeps_recent_runs() {
     );
     assert!(listed.len() <= 6, "old partitions are gone: {listed:?}");
     // The daily report still counts the runs whose records are gone.
-    let (_, report) = api
-        .get_json(&format!("/api/report?job_id={job}"))
-        .await
-        .unwrap();
-    let counted: i64 = report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["status"] == "succeeded")
-        .map(|r| r["runs"].as_i64().unwrap())
-        .sum();
+    let counted = api.reported_runs(job, "succeeded").await.unwrap();
     let kept_succeeded = kept.iter().filter(|r| r["status"] == "succeeded").count() as i64;
     assert!(
         counted > kept_succeeded,

@@ -425,18 +425,8 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
     .fetch_one(&pool)
     .await
     .unwrap();
-    let (_, report) = api
-        .get_json(&format!("/api/report?job_id={id}"))
-        .await
-        .unwrap();
-    let counted: i64 = report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["status"] == "misfired")
-        .map(|r| r["runs"].as_i64().unwrap())
-        .sum();
-    assert_eq!(counted, misfired, "{report}");
+    let counted = api.reported_runs(id, "misfired").await.unwrap();
+    assert_eq!(counted, misfired);
 }
 
 /// An admin died after marking two runs `publishing`: one had reached the broker, the other had
