@@ -85,6 +85,23 @@ pub async fn count_in_report(conn: &mut PgConnection, ids: &[i64]) -> Result<(),
     Ok(())
 }
 
+/// Follows up runs just recorded `misfired` (in this transaction): counted in the daily report,
+/// and a `fix_delay` job whose run misfired fires again its delay after now, as if the run had
+/// ended now (it has no other run to wait for). Call it after the jobs' own `next_fire_at` was
+/// written.
+pub async fn after_misfire(conn: &mut PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    count_in_report(&mut *conn, ids).await?;
+    sqlx::query(sql!("ingest/fix_delay_next"))
+        .bind(ids)
+        .bind(Vec::<i64>::new())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 /// Whether a terminal status is a failure: retried and alarmed.
 pub fn is_failure(status: RunStatus) -> bool {
     matches!(

@@ -355,6 +355,21 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
         first: time(&job["next_fire_at"]),
         every: chrono::Duration::milliseconds(200),
     };
+    // fix_delay jobs wait for their run's end; a run missed in the outage must not stop them.
+    let mut delayed = Vec::new();
+    for misfire in ["do_nothing", "fire_once_now"] {
+        let (status, job) = api
+            .post_json(
+                "/api/jobs",
+                &json!({"name": format!("delayed-{misfire}"), "job_type": "chaos.noop",
+                "schedule": {"kind": "fix_delay", "delay_ms": 300}, "misfire": misfire,
+                "misfire_threshold_ms": 1000}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        delayed.push(job["id"].as_i64().unwrap());
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     pool.close().await;
 
@@ -367,25 +382,18 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
     let api = &api;
     let id = plan.id;
     // Runs resume.
-    wait_for(
-        Duration::from_secs(60),
-        "runs after the outage",
-        || async move {
-            let (_, r) = api
-                .get_json(&format!(
-                    "/api/triggers?job_id={id}&status=succeeded&limit=1"
-                ))
-                .await?;
-            let after = r["triggers"][0]["fire_time"]
-                .as_str()
-                .map(|s| time(&json!(s)) > up_at);
-            Ok((after == Some(true)).then_some(()))
-        },
-    )
-    .await
-    .unwrap();
+    wait_succeeded_after(api, id, up_at, Duration::from_secs(60)).await;
+    // Both fix_delay jobs run again after the outage.
+    for job in &delayed {
+        wait_succeeded_after(api, *job, up_at, Duration::from_secs(30)).await;
+    }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let until = Utc::now() - chrono::Duration::seconds(2);
+    for job in &delayed {
+        api.patch_json(&format!("/api/jobs/{job}"), &json!({"enabled": false}))
+            .await
+            .unwrap();
+    }
     disable_all(api, std::slice::from_ref(&plan)).await;
     wait_quiet(&pool).await;
 
@@ -427,6 +435,27 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
     .unwrap();
     let counted = api.reported_runs(id, "misfired").await.unwrap();
     assert_eq!(counted, misfired);
+}
+
+/// Waits until job `id` has a succeeded run fired after `t`.
+async fn wait_succeeded_after(api: &ApiClient, id: i64, t: DateTime<Utc>, within: Duration) {
+    wait_for(
+        within,
+        &format!("job {id} succeeds after {t}"),
+        || async move {
+            let (_, r) = api
+                .get_json(&format!(
+                    "/api/triggers?job_id={id}&status=succeeded&limit=1"
+                ))
+                .await?;
+            let after = r["triggers"][0]["fire_time"]
+                .as_str()
+                .map(|s| time(&json!(s)) > t);
+            Ok((after == Some(true)).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
 }
 
 /// An admin died after marking two runs `publishing`: one had reached the broker, the other had

@@ -38,7 +38,7 @@ async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> anyhow::Resul
         .bind(shards)
         .fetch_all(&mut *tx)
         .await?;
-    crate::outcome::count_in_report(&mut tx, &misfired).await?;
+    crate::outcome::after_misfire(&mut tx, &misfired).await?;
     tx.commit().await?;
     if !misfired.is_empty() {
         tracing::warn!(count = misfired.len(), "overdue runs recorded as misfired");

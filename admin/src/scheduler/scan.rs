@@ -247,13 +247,13 @@ impl Scanner {
             .filter(|r| r.status == RunStatus::Misfired.as_str())
             .map(|r| r.id)
             .collect();
-        crate::outcome::count_in_report(&mut tx, &misfired).await?;
         sqlx::query(sql!("scan/advance_jobs"))
             .bind(&a_id)
             .bind(&a_next)
             .bind(&a_enabled)
             .execute(&mut *tx)
             .await?;
+        crate::outcome::after_misfire(&mut tx, &misfired).await?;
         tx.commit().await?;
         let written = inserted.len();
         self.ctx.wheel.insert(rows_to_pending(inserted));
