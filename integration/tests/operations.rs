@@ -185,6 +185,25 @@ async fn children_fire_once_on_success_and_not_on_failure() {
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (_, job) = api.get_json(&format!("/api/jobs/{parent}")).await.unwrap();
     assert_eq!(job["children"], json!([c1]));
+
+    // Two updates that each close half of a cycle, sent at once: never both accepted.
+    let x = api.create_job(&none("x", "ops.ok")).await.unwrap();
+    let y = api.create_job(&none("y", "ops.ok")).await.unwrap();
+    for round in 0..20 {
+        let (px, py) = (format!("/api/jobs/{x}"), format!("/api/jobs/{y}"));
+        let (bx, by) = (json!({"children": [y]}), json!({"children": [x]}));
+        let (a, b) = tokio::join!(api.patch_json(&px, &bx), api.patch_json(&py, &by));
+        let statuses = [a.unwrap().0, b.unwrap().0];
+        let accepted = statuses.iter().filter(|s| s.is_success()).count();
+        assert_eq!(accepted, 1, "round {round}: {statuses:?}");
+        for j in [x, y] {
+            let (status, _) = api
+                .patch_json(&format!("/api/jobs/{j}"), &json!({"children": []}))
+                .await
+                .unwrap();
+            assert_eq!(status, StatusCode::OK);
+        }
+    }
 }
 
 #[tokio::test]

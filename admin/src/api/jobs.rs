@@ -10,7 +10,7 @@ use cadenza_schemas::TriggerKind;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Shared};
 use crate::jobs::{Job, JobRow, JobSpec};
@@ -21,7 +21,13 @@ fn to_job(row: JobRow) -> ApiResult<Job> {
     Ok(Job::try_from(row)?)
 }
 
-async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -> ApiResult<()> {
+/// Children must exist and, for an existing job, not lead back to it. Concurrent updates of
+/// the same cycle are serialized by [`lock_children`] around the check and the store.
+async fn check_children(
+    conn: &mut PgConnection,
+    spec: &JobSpec,
+    own_id: Option<i64>,
+) -> ApiResult<()> {
     if spec.children.is_empty() {
         return Ok(());
     }
@@ -36,7 +42,7 @@ async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -
     }
     let missing: Vec<i64> = sqlx::query_scalar(sql!("jobs/missing_children"))
         .bind(&ids)
-        .fetch_all(&state.pool)
+        .fetch_all(&mut *conn)
         .await?;
     if !missing.is_empty() {
         return Err(ApiError::invalid(
@@ -48,7 +54,7 @@ async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -
         let path: Option<Vec<i64>> = sqlx::query_scalar(sql!("jobs/child_cycle"))
             .bind(own)
             .bind(&ids)
-            .fetch_optional(&state.pool)
+            .fetch_optional(&mut *conn)
             .await?;
         if let Some(path) = path {
             let chain: Vec<String> = std::iter::once(own)
@@ -67,6 +73,15 @@ async fn check_children(state: &AppState, spec: &JobSpec, own_id: Option<i64>) -
     Ok(())
 }
 
+/// Serializes changes of child lists until the transaction ends: two updates that each add
+/// half of a cycle would otherwise both pass [`check_children`].
+async fn lock_children(conn: &mut PgConnection) -> ApiResult<()> {
+    sqlx::query(sql!("jobs/lock_children"))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 /// Validates a spec and makes sure its job type's topic exists.
 async fn prepare(
     state: &AppState,
@@ -75,7 +90,9 @@ async fn prepare(
     now: DateTime<Utc>,
 ) -> ApiResult<JobSchedule> {
     let schedule = spec.validate(now)?;
-    check_children(state, spec, own_id).await?;
+    let mut conn = state.pool.acquire().await?;
+    check_children(&mut conn, spec, own_id).await?;
+    drop(conn);
     state
         .kafka
         .ensure_trigger_topic(&state.pool, &spec.job_type)
@@ -232,12 +249,19 @@ async fn modify(
     } else {
         spec.validate(now)?
     };
-    check_children(state, &spec, Some(id)).await?;
+    let mut conn = state.pool.acquire().await?;
+    check_children(&mut conn, &spec, Some(id)).await?;
+    drop(conn);
     state
         .kafka
         .ensure_trigger_topic(&state.pool, &spec.job_type)
         .await?;
     let mut tx = state.pool.begin().await?;
+    if !spec.children.is_empty() {
+        // Checked again under the lock: another update may have changed the graph since.
+        lock_children(&mut tx).await?;
+        check_children(&mut tx, &spec, Some(id)).await?;
+    }
     let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update"))
         .bind(id)
         .fetch_optional(&mut *tx)
