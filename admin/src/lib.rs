@@ -41,6 +41,31 @@ use tokio_util::task::TaskTracker;
 use crate::config::AdminConfig;
 use crate::kafka::{KafkaClients, KafkaSettings};
 
+/// Calls `round` every `interval` (a late round delays the next) until `shutdown`; a failed
+/// round is logged as `what` and tried again at the next tick.
+pub(crate) async fn every<F, Fut>(
+    interval: Duration,
+    shutdown: CancellationToken,
+    what: &'static str,
+    mut round: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {
+                if let Err(e) = round().await {
+                    tracing::warn!(error = %e, "{what} failed; trying again next round");
+                }
+            }
+        }
+    }
+}
+
 /// Runs an admin until `shutdown` is cancelled: migrates, starts the scheduler, the ingest loops
 /// and the HTTP API, then stops them in order (API, scheduler with lease release, ingest).
 pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Result<()> {

@@ -141,18 +141,13 @@ impl Retention {
 
     /// Rounds until `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(self.config.interval());
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {
-                    if let Err(e) = self.run_once().await {
-                        tracing::warn!(error = %e, "partition maintenance failed; trying again next round");
-                    }
-                }
-            }
-        }
+        crate::every(
+            self.config.interval(),
+            shutdown,
+            "partition maintenance",
+            || async { self.run_once().await.map(drop) },
+        )
+        .await;
     }
 }
 

@@ -59,17 +59,9 @@ impl LostSweeper {
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {
-                    if let Err(e) = self.run_once().await {
-                        tracing::debug!(error = %e, "lost-run sweep failed");
-                    }
-                }
-            }
-        }
+        crate::every(SWEEP_INTERVAL, shutdown, "lost-run sweep", || async {
+            self.run_once().await.map(drop)
+        })
+        .await;
     }
 }
