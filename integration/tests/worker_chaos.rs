@@ -11,7 +11,7 @@ mod worker_support;
 
 use std::time::{Duration, Instant};
 
-use cadenza_integration::{Cluster, WorkerHandle};
+use cadenza_integration::{ApiClient, Cluster, StatusCode, WorkerHandle};
 use rand::Rng;
 use serde_json::json;
 use worker_support::{audit, create_job, disable, quiesce, results_by_trigger, sleep_job};
@@ -107,4 +107,106 @@ async fn killing_workers_neither_loses_nor_repeats_finished_runs() {
     assert_eq!(a.duplicates, 0);
     assert_eq!(a.finished, a.published);
     assert!(kills >= 3 && a.published >= 50, "too little happened");
+}
+
+/// `POST /api/jobs/{job}/trigger` on `worker` with `params` (the sleep in ms); the run's id.
+async fn trigger_on(api: &ApiClient, job: i64, worker: &str, params: &str) -> i64 {
+    let (status, body) = api
+        .post_json(
+            &format!("/api/jobs/{job}/trigger"),
+            &json!({"worker": worker, "params": params}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    body["trigger_ids"][0].as_i64().unwrap()
+}
+
+/// A member whose revocation drains runs for longer than the broker waits for it to rejoin:
+/// the group moves on and its partitions go to another member while its runs still execute.
+/// Its offset commits are then refused (the group has a newer generation), so its runs must
+/// not report: their new owners run them again with a higher attempt, and each run is reported
+/// by one attempt only.
+#[tokio::test]
+async fn a_member_draining_after_the_group_moved_on_does_not_report_alongside_the_new_owner() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = &admin.api();
+    let mut jobs = Vec::new();
+    for k in 0..3 {
+        jobs.push(
+            create_job(
+                api,
+                sleep_job(
+                    &format!("long {k}"),
+                    "drain.work",
+                    1,
+                    json!({"kind": "none"}),
+                ),
+            )
+            .await,
+        );
+    }
+    let topic = format!("{}.trigger.drain.work", cluster.topic_prefix());
+    let env = &[
+        ("CADENZA_SESSION_TIMEOUT_MS", "6000"),
+        ("CADENZA_REVOKE_TIMEOUT_MS", "15000"),
+        ("CADENZA_HEARTBEAT_MS", "500"),
+    ];
+    let spawn = || cluster.spawn_worker("drain.work=sleep", "drain", env);
+    let wait = Duration::from_secs(60);
+    // The first member leads the group; it has nothing running when the rebalance comes.
+    let leader = spawn().await.unwrap();
+    api.wait_assignment(&topic, &[leader.id().to_owned()], 6, wait)
+        .await
+        .unwrap();
+    let slow = spawn().await.unwrap();
+    let members = [leader.id().to_owned(), slow.id().to_owned()];
+    api.wait_assignment(&topic, &members, 6, wait)
+        .await
+        .unwrap();
+    let held = api.assignment(&topic).await.unwrap()[slow.id()].clone();
+
+    // A run of 8 s on each partition of the slow member: runs of a job sent to one worker go to
+    // its partitions in turn, so job k's long run follows k quick ones.
+    let mut long = Vec::new();
+    for (k, job) in jobs.iter().enumerate() {
+        for _ in 0..k {
+            let quick = trigger_on(api, *job, slow.id(), "1").await;
+            api.wait_run_status(quick, "succeeded", wait).await.unwrap();
+        }
+        long.push(trigger_on(api, *job, slow.id(), "8000").await);
+    }
+    let mut on = Vec::new();
+    for id in &long {
+        let r = api.wait_run_status(*id, "running", wait).await.unwrap();
+        on.push(r["partition"].as_i64().unwrap());
+    }
+    on.sort_unstable();
+    assert_eq!(
+        on, held,
+        "one long run on each of the slow member's partitions"
+    );
+
+    // A third member joins: the slow one drains for ~8 s, longer than the broker holds the
+    // join for it, and with three members it keeps only two of its three partitions.
+    let joiner = spawn().await.unwrap();
+    let runs = quiesce(api, &jobs, Duration::from_secs(120)).await;
+    let events = results_by_trigger(&cluster).await;
+    let a = audit(&runs, &events);
+    eprintln!(
+        "[drain] published {}, finished {}, re-executed {}, duplicates {}; slow {} joiner {}",
+        a.published,
+        a.finished,
+        a.re_executed,
+        a.duplicates,
+        slow.id(),
+        joiner.id()
+    );
+    assert!(a.problems.is_empty(), "{:#?}", a.problems);
+    assert_eq!(a.finished, a.published);
+    assert!(
+        a.re_executed >= 1,
+        "the group moved the slow member's partitions while it drained: {events:#?}"
+    );
 }

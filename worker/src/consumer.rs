@@ -83,6 +83,8 @@ pub(crate) struct Progress {
     /// One commit at a time, so an older record never lands after a newer one.
     serial: Mutex<()>,
     pub(crate) signal: Arc<ProgressSignal>,
+    /// Refused commits repeat every round while they last: logged once a minute per reason.
+    refusals: Throttle,
 }
 
 fn key(group: &str, tp: &TopicPartition) -> String {
@@ -106,6 +108,7 @@ impl Progress {
             worker_id: config.worker_id.clone(),
             serial: Mutex::new(()),
             signal,
+            refusals: Throttle::new(Duration::from_secs(60)),
         })
     }
 
@@ -154,14 +157,34 @@ impl Progress {
                 return false;
             }
         }
-        if let Err(error) = self.pointers.commit(&pointers, CommitMode::Sync) {
-            tracing::warn!(%error, "committing progress pointers failed; retrying next round");
+        // The pointer commit (in a group without members) is not fenced by the trigger group's
+        // generation; the group's own offset commit is. So the pointer is written between two
+        // accepted commits of the group: if the group moved on (the broker assigned these
+        // partitions to another member while this one was still draining them), the first is
+        // refused and no stale record replaces the new owner's; if it moved on meanwhile, the
+        // second is refused. Only when both are accepted was the record in place before any new
+        // owner could read it, and only then may runs act on it.
+        let fenced = |r: KafkaResult<()>, refused: &str| match r {
+            Ok(()) => false,
+            Err(error) => {
+                let key = format!("{refused} {:?}", error.rdkafka_error_code());
+                if self.refusals.allow(&key) {
+                    tracing::warn!(%error, "{refused}; retrying next round (logged once a minute)");
+                }
+                true
+            }
+        };
+        if fenced(
+            main.commit(&positions, CommitMode::Sync),
+            "the consumer group refused the offset commit (it may have moved these partitions to another member): the progress record is not in force",
+        ) || fenced(
+            self.pointers.commit(&pointers, CommitMode::Sync),
+            "committing progress pointers failed",
+        ) || fenced(
+            main.commit(&positions, CommitMode::Sync),
+            "the consumer group refused the offset commit after the progress record was written: the record is not in force",
+        ) {
             return false;
-        }
-        // The record is what the next owner trusts; the group's own offset follows it (and may
-        // fail harmlessly, e.g. during a rebalance).
-        if let Err(error) = main.commit(&positions, CommitMode::Sync) {
-            tracing::debug!(%error, "offset commit failed; the progress record stands");
         }
         true
     }
@@ -659,6 +682,12 @@ impl Intake {
         let redelivered = match begun.prior {
             Prior::Fresh => None,
             Prior::Started { attempt } => Some(attempt),
+            Prior::Again => {
+                if self.errors.allow("delivered again") {
+                    tracing::warn!(topic = %delivery.tp.topic, partition = delivery.tp.partition, offset, "delivered again within the same assignment; ignored (the first delivery is handled); logged once a minute");
+                }
+                return;
+            }
             Prior::Finished => {
                 tracing::debug!(topic = %delivery.tp.topic, partition = delivery.tp.partition, offset, "finished by an earlier owner of the partition; skipped");
                 self.env.finish_offset(&delivery);

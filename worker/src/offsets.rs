@@ -71,6 +71,9 @@ pub enum Prior {
     Started { attempt: u32 },
     /// Its result was being published: publish it again, do not run it.
     Reporting(Box<ReportingOffset>),
+    /// Delivered again within this assignment (the client reset its fetch position): the first
+    /// delivery's task handles it, or has. Ignore this one.
+    Again,
 }
 
 /// Tokens of one assignment of a partition.
@@ -209,7 +212,7 @@ impl OffsetTracker {
     ) -> Epoch {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
-        // The record is written before the offset is committed: it may be ahead.
+        // A round that failed half-way may leave either ahead; every offset below the higher is finished.
         let base = match (committed, record.map(|r| r.position)) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -250,8 +253,18 @@ impl OffsetTracker {
     /// must call [`end`](Self::end) once the offset's task is over.
     pub fn begin(&mut self, tp: &TopicPartition, offset: i64) -> Option<Begun> {
         let state = self.partitions.get_mut(tp)?;
-        state.highest_seen = Some(state.highest_seen.map_or(offset, |h| h.max(offset)));
         state.active += 1;
+        // Within one assignment a partition's messages come in offset order: an offset not
+        // above the highest seen is a second delivery (running it would run it twice with the
+        // same attempt, whether its first run is going on or finished and pruned).
+        if state.highest_seen.is_some_and(|h| offset <= h) {
+            return Some(Begun {
+                epoch: state.epoch,
+                prior: Prior::Again,
+                tokens: state.tokens.clone(),
+            });
+        }
+        state.highest_seen = Some(offset);
         let prior = if state.base.is_some_and(|b| offset < b) {
             Prior::Finished
         } else {
@@ -490,6 +503,35 @@ mod tests {
             .find(|i| i.tp == tp(p))
             .map(|i| i.record)
             .unwrap()
+    }
+
+    #[test]
+    fn a_second_delivery_within_an_assignment_is_ignored() {
+        let mut t = OffsetTracker::default();
+        let e = t.assign(tp(0), Some(10), None);
+        for o in 10..13 {
+            fresh(&mut t, 0, o);
+        }
+        t.start(&tp(0), 11, e, 1);
+        t.finish(&tp(0), 10, e);
+        t.end(&tp(0), e);
+        // The client fetches from the committed offset again: 10 (finished and pruned), 11
+        // (running), 12 (waiting) are not taken again; 13 is new.
+        for o in 10..13 {
+            assert_eq!(
+                t.begin(&tp(0), o).unwrap().prior,
+                Prior::Again,
+                "offset {o}"
+            );
+            t.end(&tp(0), e);
+        }
+        fresh(&mut t, 0, 13);
+        assert_eq!(t.position(&tp(0)), Some(11));
+        assert_eq!(
+            t.active(&[tp(0)]),
+            3,
+            "offsets 11, 12, 13 are still being handled"
+        );
     }
 
     #[test]

@@ -89,6 +89,8 @@ pub struct RunEvents {
     pub started: Vec<(u64, String)>,
     /// Status of each `finished` event.
     pub finished: Vec<String>,
+    /// Attempt of each `finished` event.
+    pub finished_attempts: Vec<u64>,
     /// A `started` event that came after a `finished` one: a finished run ran again.
     pub started_after_finished: bool,
 }
@@ -122,9 +124,12 @@ pub async fn results_by_trigger(cluster: &Cluster) -> BTreeMap<i64, RunEvents> {
                     e["worker_id"].as_str().unwrap_or("").to_owned(),
                 ));
             }
-            Some("finished") => ev
-                .finished
-                .push(e["status"].as_str().unwrap_or("").to_owned()),
+            Some("finished") => {
+                ev.finished
+                    .push(e["status"].as_str().unwrap_or("").to_owned());
+                ev.finished_attempts
+                    .push(e["attempt"].as_u64().unwrap_or(0));
+            }
             _ => {}
         }
     }
@@ -166,6 +171,18 @@ pub fn audit(runs: &[Value], events: &BTreeMap<i64, RunEvents>) -> Audit {
             a.problems.push(format!(
                 "run {id}: finished events {:?} disagree with its status {status}",
                 ev.finished
+            ));
+        }
+        // The same result may be published twice (an owner republishes what its predecessor
+        // was reporting), but two attempts may not both report: both ran to the end.
+        if ev
+            .finished_attempts
+            .iter()
+            .any(|a| *a != ev.finished_attempts[0])
+        {
+            a.duplicates += 1;
+            a.problems.push(format!(
+                "run {id} reported by two attempts (two owners ran it): {ev:?}"
             ));
         }
         if ev.started_after_finished {
