@@ -36,7 +36,8 @@
 //! test process killed by a timeout does not leave servers behind. The signal is tied to the
 //! thread that spawned the child: spawn from the test's own task (not from `spawn_blocking`).
 //!
-//! Set `CADENZA_KEEP_TMP=1` to keep the temporary directories (data, logs) after a test.
+//! Set `CADENZA_KEEP_TMP=1` to keep the temporary directories (data, logs) after a test, and
+//! `CADENZA_PG_STAT_STATEMENTS=1` to load `pg_stat_statements` into the PostgreSQL it starts.
 
 #![forbid(unsafe_code)]
 

@@ -212,6 +212,15 @@ impl Postgres {
                 "log_line_prefix=%m [%p] ",
             ])
             .env("LC_ALL", "C");
+        if std::env::var_os("CADENZA_PG_STAT_STATEMENTS").is_some_and(|v| !v.is_empty() && v != "0")
+        {
+            cmd.args([
+                "-c",
+                "shared_preload_libraries=pg_stat_statements",
+                "-c",
+                "pg_stat_statements.track=all",
+            ]);
+        }
         let proc = Arc::new(ChildProcess::spawn("postgres", cmd, &self.log)?);
         *self.proc() = Some(proc.clone());
 

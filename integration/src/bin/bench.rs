@@ -22,6 +22,8 @@ struct Args {
     rate: i64,
     secs: u64,
     workers: usize,
+    /// Print the statements that took the most database time (`pg_stat_statements`).
+    statements: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -30,6 +32,7 @@ fn parse_args() -> Result<Args> {
         rate: 10_000,
         secs: 30,
         workers: 0,
+        statements: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -45,8 +48,9 @@ fn parse_args() -> Result<Args> {
                     .parse()
                     .context("--workers: not a number")?
             }
+            "--statements" => a.statements = true,
             "-h" | "--help" => {
-                println!("bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)]");
+                println!("bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements]");
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?}; see --help"),
@@ -76,6 +80,10 @@ async fn main() -> Result<()> {
         args.jobs * 1000 / every_ms,
         args.secs
     );
+    if args.statements {
+        // Read by the harness when it starts PostgreSQL; nothing else runs yet.
+        std::env::set_var("CADENZA_PG_STAT_STATEMENTS", "1");
+    }
     let cluster = Cluster::start().await?;
     let admin = cluster
         .spawn_admin(&[("RUST_LOG", "info,cadenza_admin::scheduler=debug")])
@@ -213,5 +221,31 @@ async fn main() -> Result<()> {
             .fetch_all(&pool)
             .await?;
     println!("runs by status:   {statuses:?}");
+    if args.statements {
+        print_statements(&pool).await?;
+    }
+    Ok(())
+}
+
+/// The statements that took the most database time over the whole run.
+async fn print_statements(pool: &sqlx::PgPool) -> Result<()> {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(pool)
+        .await
+        .context("pg_stat_statements is not available in this PostgreSQL installation")?;
+    let rows: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+        "SELECT regexp_replace(left(query, 400), '\\s+', ' ', 'g'), calls, total_exec_time, mean_exec_time
+         FROM pg_stat_statements
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+         ORDER BY total_exec_time DESC LIMIT 15",
+    )
+    .fetch_all(pool)
+    .await?;
+    let total: f64 = rows.iter().map(|r| r.2).sum();
+    println!("database time by statement (top 15, {total:.0} ms in all):");
+    for (query, calls, ms, mean) in rows {
+        let short: String = query.chars().take(110).collect();
+        println!("  {ms:>9.0} ms {calls:>8} calls {mean:>7.2} ms/call  {short}");
+    }
     Ok(())
 }
