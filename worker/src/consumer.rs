@@ -190,17 +190,22 @@ impl Progress {
     }
 
     /// Commit every changed record (blocking). Returns how many partitions were committed.
-    pub(crate) fn commit_round<C: ConsumerContext, K: Consumer<C>>(&self, main: &K) -> usize {
+    /// Returns how many partitions had changes, and whether they are now committed.
+    pub(crate) fn commit_round<C: ConsumerContext, K: Consumer<C>>(
+        &self,
+        main: &K,
+    ) -> (usize, bool) {
         let _serial = lock(&self.serial);
         let items = lock(&self.offsets).to_commit(&self.worker_id, &self.group, false);
         let n = items.len();
-        if n > 0 && self.commit_items(main, &items) {
+        let ok = n == 0 || self.commit_items(main, &items);
+        if ok {
             lock(&self.offsets).mark_committed(&items);
-        } else if n > 0 {
+        } else {
             lock(&self.offsets).forget_committed();
         }
         self.signal.bump();
-        n
+        (n, ok)
     }
 
     /// The partitions' committed offsets and progress records (blocking).
@@ -490,8 +495,9 @@ impl Committer {
         }
     }
 
-    /// Commit every record that changed (blocking). Returns how many partitions.
-    pub(crate) fn run_once(&self) -> usize {
+    /// Commit every record that changed (blocking). Returns how many partitions, and whether
+    /// they are committed.
+    pub(crate) fn run_once(&self) -> (usize, bool) {
         self.progress.commit_round(&*self.consumer)
     }
 
@@ -515,8 +521,13 @@ impl Committer {
 
     /// The last commit before leaving (blocking: call it from `spawn_blocking`).
     pub(crate) fn commit_final(&self) {
-        let n = self.run_once();
-        tracing::info!(partitions = n, "final offsets committed");
+        match self.run_once() {
+            (n, true) => tracing::info!(partitions = n, "final offsets committed"),
+            (n, false) => tracing::warn!(
+                partitions = n,
+                "the final commit failed: the partitions' next owners run this worker's unrecorded progress again"
+            ),
+        }
     }
 }
 
