@@ -219,6 +219,8 @@ impl Postgres {
                 "shared_preload_libraries=pg_stat_statements",
                 "-c",
                 "pg_stat_statements.track=all",
+                "-c",
+                "pg_stat_statements.track_planning=on",
             ]);
         }
         let proc = Arc::new(ChildProcess::spawn("postgres", cmd, &self.log)?);

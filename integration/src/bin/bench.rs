@@ -234,18 +234,24 @@ async fn print_statements(pool: &sqlx::PgPool) -> Result<()> {
         .await
         .context("pg_stat_statements is not available in this PostgreSQL installation")?;
     let rows: Vec<(String, i64, f64, f64)> = sqlx::query_as(
-        "SELECT regexp_replace(left(query, 400), '\\s+', ' ', 'g'), calls, total_exec_time, mean_exec_time
+        "SELECT regexp_replace(left(query, 400), '\\s+', ' ', 'g'), calls,
+                total_exec_time, total_plan_time
          FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-         ORDER BY total_exec_time DESC LIMIT 15",
+         ORDER BY total_exec_time + total_plan_time DESC LIMIT 15",
     )
     .fetch_all(pool)
     .await?;
-    let total: f64 = rows.iter().map(|r| r.2).sum();
-    println!("database time by statement (top 15, {total:.0} ms in all):");
-    for (query, calls, ms, mean) in rows {
-        let short: String = query.chars().take(110).collect();
-        println!("  {ms:>9.0} ms {calls:>8} calls {mean:>7.2} ms/call  {short}");
+    let (exec, plan): (f64, f64) = rows.iter().fold((0.0, 0.0), |a, r| (a.0 + r.2, a.1 + r.3));
+    println!("database time by statement (top 15: {exec:.0} ms executing, {plan:.0} ms planning):");
+    println!(
+        "  {:>9} {:>9} {:>8} {:>8}",
+        "exec ms", "plan ms", "calls", "ms/call"
+    );
+    for (query, calls, exec, plan) in rows {
+        let short: String = query.chars().take(100).collect();
+        let per = (exec + plan) / calls.max(1) as f64;
+        println!("  {exec:>9.0} {plan:>9.0} {calls:>8} {per:>8.2}  {short}");
     }
     Ok(())
 }
