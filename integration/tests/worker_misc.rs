@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{wait_for, Cluster};
+use cadenza_integration::{client_config, create_topic, produce, wait_for, Cluster};
 use chrono::Utc;
 use serde_json::json;
 
@@ -105,4 +105,58 @@ async fn a_trigger_without_a_handler_is_recorded_failed_not_retried() {
     let (_, again) = api.get_json(&format!("/api/triggers/{id}")).await.unwrap();
     assert_eq!(again["status"], "failed");
     assert_eq!(again["attempt"], 1, "not retried: {again}");
+}
+
+/// A partition whose progress record cannot be read when it is assigned (here the group's
+/// pointer names a record that is not one) may hold triggers an earlier owner ran: they run as
+/// new attempts, and the worker says why.
+#[tokio::test]
+async fn triggers_of_a_partition_whose_progress_cannot_be_read_run_as_new_attempts() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = &admin.api();
+    let job = api
+        .create_job(
+            &json!({"name": "unknown past", "job_type": "misc.past", "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let brokers = cluster.brokers();
+    let prefix = cluster.topic_prefix();
+    let progress = format!("{prefix}.progress");
+    create_topic(&brokers, &progress, 1).await.unwrap();
+    let (_, at) = produce(&brokers, &progress, Some(0), None, b"not a progress record")
+        .await
+        .unwrap();
+    let pointers: BaseConsumer = client_config(&brokers)
+        .set("group.id", "past~progress")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..6 {
+        tpl.add_partition_offset(
+            &format!("{prefix}.trigger.misc.past"),
+            p,
+            Offset::Offset(at),
+        )
+        .unwrap();
+    }
+    pointers.commit(&tpl, CommitMode::Sync).unwrap();
+
+    let id = api.trigger_now(job).await.unwrap();
+    let w = cluster
+        .spawn_worker("misc.past=noop", "past", &[])
+        .await
+        .unwrap();
+    let run = api.wait_run_status(id, "succeeded", WAIT).await.unwrap();
+    assert_eq!(run["attempt"], 2, "{run}");
+    assert!(
+        w.log().contains("progress could not be read"),
+        "{}",
+        w.log_tail(40)
+    );
 }

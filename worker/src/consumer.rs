@@ -164,7 +164,7 @@ impl Progress {
         // refused and no stale record replaces the new owner's; if it moved on meanwhile, the
         // second is refused. Only when both are accepted was the record in place before any new
         // owner could read it, and only then may runs act on it.
-        let fenced = |r: KafkaResult<()>, refused: &str| match r {
+        let failed = |r: KafkaResult<()>, refused: &str| match r {
             Ok(()) => false,
             Err(error) => {
                 let key = format!("{refused} {:?}", error.rdkafka_error_code());
@@ -174,13 +174,13 @@ impl Progress {
                 true
             }
         };
-        if fenced(
+        if failed(
             main.commit(&positions, CommitMode::Sync),
             "the consumer group refused the offset commit (it may have moved these partitions to another member): the progress record is not in force",
-        ) || fenced(
+        ) || failed(
             self.pointers.commit(&pointers, CommitMode::Sync),
             "committing progress pointers failed",
-        ) || fenced(
+        ) || failed(
             main.commit(&positions, CommitMode::Sync),
             "the consumer group refused the offset commit after the progress record was written: the record is not in force",
         ) {
@@ -189,8 +189,8 @@ impl Progress {
         true
     }
 
-    /// Commit every changed record (blocking). Returns how many partitions were committed.
-    /// Returns how many partitions had changes, and whether they are now committed.
+    /// Commit every changed record (blocking). Returns how many partitions had changes, and
+    /// whether they are now committed.
     pub(crate) fn commit_round<C: ConsumerContext, K: Consumer<C>>(
         &self,
         main: &K,
@@ -213,7 +213,7 @@ impl Progress {
         &self,
         main: &K,
         tps: &[TopicPartition],
-    ) -> Vec<(TopicPartition, Option<i64>, Option<ProgressRecord>)> {
+    ) -> Vec<(TopicPartition, Option<i64>, Loaded)> {
         let mut q = TopicPartitionList::new();
         for tp in tps {
             q.add_partition(&tp.topic, tp.partition);
@@ -231,12 +231,19 @@ impl Progress {
         let committed = main.committed_offsets(q.clone(), LOAD_TIMEOUT);
         let pointers = self.pointers.committed_offsets(q, LOAD_TIMEOUT);
         if let Err(error) = committed.as_ref().and(pointers.as_ref()) {
-            tracing::error!(%error, "cannot read the committed progress of assigned partitions; starting them from the committed offsets");
+            tracing::error!(%error, "cannot read the committed progress of assigned partitions; their triggers run as new attempts");
         }
         tps.iter()
             .map(|tp| {
-                let record = offset_of(&pointers, tp).and_then(|at| self.read(tp, at));
-                (tp.clone(), offset_of(&committed, tp), record)
+                let loaded = if pointers.is_err() {
+                    Loaded::Unknown
+                } else {
+                    match offset_of(&pointers, tp) {
+                        None => Loaded::Nothing,
+                        Some(at) => self.read(tp, at).map_or(Loaded::Unknown, Loaded::Record),
+                    }
+                };
+                (tp.clone(), offset_of(&committed, tp), loaded)
             })
             .collect()
     }
@@ -264,7 +271,7 @@ impl Progress {
                                 && r.partition == tp.partition
                         });
                     if parsed.is_none() {
-                        tracing::error!(topic = %tp.topic, partition = tp.partition, at, "the progress record does not match its partition; ignoring it");
+                        tracing::error!(topic = %tp.topic, partition = tp.partition, at, "the progress record does not match its partition; the partition's triggers run as new attempts");
                     }
                     return parsed;
                 }
@@ -272,9 +279,18 @@ impl Progress {
                 _ => {}
             }
         }
-        tracing::error!(topic = %tp.topic, partition = tp.partition, at, "progress record not found; starting the partition from its committed offset");
+        tracing::error!(topic = %tp.topic, partition = tp.partition, at, "progress record not found; the partition's triggers run as new attempts");
         None
     }
+}
+
+/// What was found of a partition's progress record when it was assigned.
+enum Loaded {
+    Record(ProgressRecord),
+    /// None was ever committed: a partition this group never worked on.
+    Nothing,
+    /// It could not be read.
+    Unknown,
 }
 
 /// Run `f`, which blocks, on a runtime worker thread without starving the runtime's other tasks
@@ -431,11 +447,19 @@ impl ConsumerContext for ConsumerCtx {
             let loaded = blocking(|| self.progress.load(consumer, &tps));
             let mut offsets = lock(&self.offsets);
             let mut inherited = 0;
-            for (tp, committed, record) in loaded {
-                if let Some(r) = &record {
-                    inherited += r.finished.len() + r.started.len() + r.reporting.len();
+            for (tp, committed, loaded) in loaded {
+                match &loaded {
+                    Loaded::Record(r) => {
+                        inherited += r.finished.len() + r.started.len() + r.reporting.len();
+                        offsets.assign(tp, committed, Some(r));
+                    }
+                    Loaded::Nothing => {
+                        offsets.assign(tp, committed, None);
+                    }
+                    Loaded::Unknown => {
+                        offsets.assign_unknown(tp, committed);
+                    }
                 }
-                offsets.assign(tp, committed, record.as_ref());
             }
             tracing::info!(partitions = %describe(tpl), inherited, "partitions assigned");
         }
@@ -527,6 +551,27 @@ impl Committer {
                 partitions = n,
                 "the final commit failed: the partitions' next owners run this worker's unrecorded progress again"
             ),
+        }
+    }
+}
+
+/// Whether a trigger may have run on an earlier owner of its partition.
+#[derive(Debug, Clone, Copy)]
+enum Redelivered {
+    No,
+    /// It started there with this attempt and did not finish.
+    Started(u32),
+    /// Unknown: the partition's progress record could not be read.
+    Unknown,
+}
+
+impl Redelivered {
+    /// The attempt to run it as, given the trigger's own.
+    fn attempt(self, published: u32) -> u32 {
+        match self {
+            Self::No => published,
+            Self::Started(a) => a.saturating_add(1),
+            Self::Unknown => published.saturating_add(1),
         }
     }
 }
@@ -691,8 +736,9 @@ impl Intake {
             header(&m, HEADER_TRACEPARENT).map(|v| String::from_utf8_lossy(v).into_owned());
         let delivery = Delivery::new(&self.env.offsets, tp, offset, &begun, traceparent);
         let redelivered = match begun.prior {
-            Prior::Fresh => None,
-            Prior::Started { attempt } => Some(attempt),
+            Prior::Fresh => Redelivered::No,
+            Prior::Started { attempt } => Redelivered::Started(attempt),
+            Prior::Unknown => Redelivered::Unknown,
             Prior::Again => {
                 if self.errors.allow("delivered again") {
                     tracing::warn!(topic = %delivery.tp.topic, partition = delivery.tp.partition, offset, "delivered again within the same assignment; ignored (the first delivery is handled); logged once a minute");
@@ -719,7 +765,7 @@ impl Intake {
             Classified::Skip => self.env.finish_offset(&delivery),
             Classified::Dlq(reason) => self.to_dlq(delivery, &m, reason),
             Classified::Unserved(trigger) => {
-                let attempt = redelivered.map_or(trigger.attempt, |a| a.saturating_add(1));
+                let attempt = redelivered.attempt(trigger.attempt);
                 let reason = format!(
                     "no handler for job type {:?} on worker {} (it serves: {}; the trigger came on topic {}): check the deployment's --serve",
                     trigger.job_type.as_str(),
@@ -732,14 +778,16 @@ impl Intake {
             }
             Classified::Run(trigger) => match route {
                 Some(route) => {
-                    let attempt = match redelivered {
-                        Some(a) => {
-                            let next = a.saturating_add(1);
-                            tracing::info!(trigger_id = %trigger.trigger_id, offset, attempt = next, "redelivered: the run started on an earlier owner and did not finish; running it again");
-                            next
+                    let attempt = redelivered.attempt(trigger.attempt);
+                    match redelivered {
+                        Redelivered::No => {}
+                        Redelivered::Started(_) => {
+                            tracing::info!(trigger_id = %trigger.trigger_id, offset, attempt, "redelivered: the run started on an earlier owner and did not finish; running it again");
                         }
-                        None => trigger.attempt,
-                    };
+                        Redelivered::Unknown => {
+                            tracing::warn!(trigger_id = %trigger.trigger_id, offset, attempt, "the partition's progress could not be read: running the trigger as a new attempt (an earlier owner may have run it)");
+                        }
+                    }
                     self.env
                         .dispatch(delivery, *trigger, attempt, Arc::clone(&route.handler))
                 }

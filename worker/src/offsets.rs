@@ -74,6 +74,8 @@ pub enum Prior {
     /// Delivered again within this assignment (the client reset its fetch position): the first
     /// delivery's task handles it, or has. Ignore this one.
     Again,
+    /// The partition's progress record could not be read: an earlier owner may have run it.
+    Unknown,
 }
 
 /// Tokens of one assignment of a partition.
@@ -113,6 +115,8 @@ struct PartitionState {
     /// Every offset below is finished (known when the partition was assigned).
     base: Option<i64>,
     entries: BTreeMap<i64, Mark>,
+    /// The progress record could not be read when the partition was assigned.
+    unknown: bool,
     highest_seen: Option<i64>,
     /// Offsets taken here whose task has not ended.
     active: usize,
@@ -237,6 +241,7 @@ impl OffsetTracker {
             },
             base,
             entries,
+            unknown: false,
             highest_seen: None,
             active: 0,
             version: 0,
@@ -245,6 +250,16 @@ impl OffsetTracker {
         };
         state.committed = state.snapshot();
         self.partitions.insert(tp, state);
+        epoch
+    }
+
+    /// The partition is now assigned, but its progress record could not be read: offsets not
+    /// below `committed` are told [`Prior::Unknown`].
+    pub fn assign_unknown(&mut self, tp: TopicPartition, committed: Option<i64>) -> Epoch {
+        let epoch = self.assign(tp.clone(), committed, None);
+        if let Some(state) = self.partitions.get_mut(&tp) {
+            state.unknown = true;
+        }
         epoch
     }
 
@@ -271,7 +286,11 @@ impl OffsetTracker {
             match state.entries.get(&offset) {
                 None | Some(Mark::Waiting) => {
                     state.entries.insert(offset, Mark::Waiting);
-                    Prior::Fresh
+                    if state.unknown {
+                        Prior::Unknown
+                    } else {
+                        Prior::Fresh
+                    }
                 }
                 Some(Mark::Finished) => Prior::Finished,
                 Some(Mark::Started(attempt)) => Prior::Started { attempt: *attempt },
@@ -532,6 +551,22 @@ mod tests {
             3,
             "offsets 11, 12, 13 are still being handled"
         );
+    }
+
+    #[test]
+    fn without_its_record_a_partition_tells_offsets_they_may_have_run() {
+        let mut t = OffsetTracker::default();
+        let e = t.assign_unknown(tp(0), Some(10));
+        assert_eq!(t.begin(&tp(0), 9).unwrap().prior, Prior::Finished);
+        assert_eq!(t.begin(&tp(0), 10).unwrap().prior, Prior::Unknown);
+        assert_eq!(t.begin(&tp(0), 11).unwrap().prior, Prior::Unknown);
+        t.finish(&tp(0), 10, e);
+        assert_eq!(t.position(&tp(0)), Some(11));
+        // Once committed, the next owner has a record: what this one finished is skipped.
+        let r = commit(&mut t, 0);
+        let mut next = OffsetTracker::default();
+        next.assign(tp(0), Some(10), Some(&r));
+        assert_eq!(next.begin(&tp(0), 10).unwrap().prior, Prior::Finished);
     }
 
     #[test]
