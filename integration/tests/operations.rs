@@ -824,3 +824,56 @@ async fn retention_drops_old_partitions_whole_and_keeps_recent_runs() {
         "{counted} counted, {kept_succeeded} kept"
     );
 }
+
+/// A `fix_delay` job fires again its delay after its own run ended, through that run's
+/// retries; a retry of a run someone else asked for (manual, API, child) does not move it.
+#[tokio::test]
+async fn only_a_fix_delay_jobs_own_runs_and_their_retries_schedule_its_next_fire() {
+    let (cluster, admin, _w) = start(&[], "ops.fail=fail", "ops").await;
+    let api = &admin.api();
+    let fix_delay = |name: &str, delay_ms: i64| {
+        json!({"name": name, "job_type": "ops.fail", "retries": 1, "retry_backoff_ms": 100,
+               "schedule": {"kind": "fix_delay", "delay_ms": delay_ms}})
+    };
+
+    // Own runs: fire, fail, retried once, and the next fire comes its delay after the retry.
+    let own = api.create_job(&fix_delay("own", 500)).await.unwrap();
+    let runs = wait_for(
+        WAIT,
+        "a second own run after a retried one",
+        || async move {
+            let r = runs_of(api, own).await;
+            Ok((r.iter().filter(|x| x["kind"] == "fix_delay").count() >= 2).then_some(r))
+        },
+    )
+    .await
+    .unwrap();
+    let first_retry = runs.iter().find(|r| r["kind"] == "retry").unwrap();
+    let second = runs
+        .iter()
+        .filter(|r| r["kind"] == "fix_delay")
+        .nth(1)
+        .unwrap();
+    let gap = ms(time(&second["fire_time"]) - time(&first_retry["finished_at"]));
+    assert!((500..1500).contains(&gap), "{gap} ms: {runs:#?}");
+    api.patch_json(&format!("/api/jobs/{own}"), &json!({"enabled": false}))
+        .await
+        .unwrap();
+
+    // A manual run of a job whose own run is out (standing in for it: no next fire time).
+    let waits = api
+        .create_job(&fix_delay("waits", 3_600_000))
+        .await
+        .unwrap();
+    let pool = cluster.pool().await.unwrap();
+    sqlx::query("UPDATE jobs SET next_fire_at = NULL WHERE id = $1")
+        .bind(waits)
+        .execute(&pool)
+        .await
+        .unwrap();
+    api.trigger_now(waits).await.unwrap();
+    let runs = wait_runs(api, waits, 2, &["failed"]).await;
+    assert_eq!(runs[1]["kind"], "retry", "{runs:#?}");
+    let (_, job) = api.get_json(&format!("/api/jobs/{waits}")).await.unwrap();
+    assert_eq!(job["next_fire_at"], Value::Null, "{job}");
+}
