@@ -239,13 +239,15 @@ impl KafkaClients {
         }
     }
 
-    /// Creates the results, workers (compacted) and DLQ topics if they do not exist.
+    /// Creates the results, workers (compacted), DLQ and worker progress topics if they do not
+    /// exist (workers create the progress topic too when they start first).
     pub async fn ensure_base_topics(&self) -> anyhow::Result<()> {
         let t = self.topics();
         let parts = self.settings.trigger_partitions;
         self.create_topic(&t.results(), parts, false).await?;
         self.create_topic(&t.workers(), 1, true).await?;
         self.create_topic(&t.dlq(), 1, false).await?;
+        self.create_topic(&t.progress(), 1, false).await?;
         Ok(())
     }
 

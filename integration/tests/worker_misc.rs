@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{client_config, create_topic, produce, wait_for, Cluster};
+use cadenza_integration::{client_config, list_topics, produce, wait_for, Cluster};
 use chrono::Utc;
 use serde_json::json;
 
@@ -126,8 +126,10 @@ async fn triggers_of_a_partition_whose_progress_cannot_be_read_run_as_new_attemp
         .unwrap();
     let brokers = cluster.brokers();
     let prefix = cluster.topic_prefix();
+    // The admin creates the progress topic (at its replication factor) with its other topics.
     let progress = format!("{prefix}.progress");
-    create_topic(&brokers, &progress, 1).await.unwrap();
+    let topics = list_topics(&brokers).await.unwrap();
+    assert!(topics.contains(&progress), "{topics:?}");
     let (_, at) = produce(&brokers, &progress, Some(0), None, b"not a progress record")
         .await
         .unwrap();

@@ -68,6 +68,9 @@ pub struct WorkerConfig {
     pub message_timeout: Duration,
     /// Bytes of log kept per run; older lines are dropped. Default 64 KiB.
     pub run_log_limit: usize,
+    /// Replication factor of the `<prefix>.progress` topic when this worker creates it (the
+    /// first worker of a deployment does). Default 1; use the cluster's usual factor (e.g. 3).
+    pub replication_factor: i32,
     /// Extra librdkafka properties applied to both clients after the defaults (e.g. SASL/TLS).
     pub kafka_overrides: Vec<(String, String)>,
 }
@@ -90,6 +93,7 @@ impl Default for WorkerConfig {
             metadata_refresh: Duration::from_secs(1),
             message_timeout: Duration::from_secs(30),
             run_log_limit: DEFAULT_RUN_LOG_LIMIT,
+            replication_factor: 1,
             kafka_overrides: Vec::new(),
         }
     }
@@ -191,7 +195,11 @@ pub(crate) async fn ensure_progress_topic(config: &WorkerConfig) -> Result<(), K
         c.create()?
     };
     let topic = config.topics.progress();
-    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1));
+    let new = NewTopic::new(
+        &topic,
+        1,
+        TopicReplication::Fixed(config.replication_factor),
+    );
     let results = admin
         .create_topics(
             [&new],

@@ -239,6 +239,12 @@ impl WorkerBuilder {
         self
     }
 
+    /// Replication factor of the progress topic if this worker creates it (default 1).
+    pub fn replication_factor(mut self, factor: i32) -> Self {
+        self.config.replication_factor = factor;
+        self
+    }
+
     /// Consumer session timeout: a worker that stops answering loses its partitions after this
     /// (default 10 s).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {

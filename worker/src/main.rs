@@ -53,6 +53,10 @@ struct Cli {
     /// abandoned (and run again, attempt + 1, by the partitions' next owner), in milliseconds.
     #[arg(long, env = "CADENZA_REVOKE_TIMEOUT_MS", default_value_t = 10_000)]
     revoke_timeout_ms: u64,
+    /// Replication factor of the progress topic, if this worker is the one that creates it.
+    #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    replication_factor: i32,
     /// Unfinished triggers above which consumption pauses (resumes at half).
     #[arg(long, env = "CADENZA_MAX_IN_FLIGHT", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -135,6 +139,7 @@ async fn main() -> anyhow::Result<()> {
         .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
         .session_timeout(Duration::from_millis(cli.session_timeout_ms))
         .revoke_timeout(Duration::from_millis(cli.revoke_timeout_ms))
+        .replication_factor(cli.replication_factor)
         .max_in_flight(usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX));
     if let Some(id) = cli.worker_id {
         builder = builder.worker_id(id);
