@@ -216,6 +216,34 @@ async fn main() -> Result<()> {
         scans.last().copied().unwrap_or(f64::NAN)
     );
     println!("admin RSS:        {:.1} MiB", rss_kb as f64 / 1024.0);
+    if args.workers > 0 {
+        // Runs of the window as the workers saw them: how late each started, and how many
+        // finished while the window lasted (the admin goes on firing while this reads).
+        let mut start_late: Vec<f64> = sqlx::query_scalar(
+            "SELECT EXTRACT(EPOCH FROM (started_at - fire_time))::float8 * 1000.0
+             FROM triggers WHERE fire_time BETWEEN $1 AND $2 AND started_at IS NOT NULL",
+        )
+        .bind(t0)
+        .bind(t1)
+        .fetch_all(&pool)
+        .await?;
+        start_late.sort_by(f64::total_cmp);
+        let finished_in_window: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM triggers WHERE finished_at BETWEEN $1 AND $2")
+                .bind(t0)
+                .bind(t1)
+                .fetch_one(&pool)
+                .await?;
+        println!(
+            "workers:          {} runs finished in the window = {:.0}/s; start lateness ms p50 {:.1}  p99 {:.1}  max {:.1} (started_at − fire time, {} runs)",
+            finished_in_window,
+            finished_in_window as f64 / window_s,
+            percentile(&start_late, 0.5),
+            percentile(&start_late, 0.99),
+            start_late.last().copied().unwrap_or(f64::NAN),
+            start_late.len()
+        );
+    }
     let statuses: Vec<(String, i64)> =
         sqlx::query_as("SELECT status, count(*) FROM triggers GROUP BY status ORDER BY status")
             .fetch_all(&pool)
