@@ -184,50 +184,28 @@ async fn main() -> Result<()> {
         })
         .collect();
     lateness.sort_by(f64::total_cmp);
-    let mut recorded: Vec<f64> = sqlx::query_scalar(
-        "SELECT EXTRACT(EPOCH FROM (published_at - fire_time))::float8 * 1000.0
-         FROM triggers WHERE fire_time BETWEEN $1 AND $2 AND published_at IS NOT NULL",
-    )
-    .bind(t0)
-    .bind(t1)
-    .fetch_all(&pool)
-    .await?;
-    recorded.sort_by(f64::total_cmp);
+    let recorded = ms_after_fire(&pool, "published_at", t0, t1).await?;
 
     println!("published:        {published} of {due} due in {window_s:.1} s = {:.0} triggers/s (misfired {misfired})", published as f64 / window_s);
     println!(
-        "fire lateness ms: p50 {:.1}  p99 {:.1}  max {:.1}  (record timestamp on the topic − fire time, {} records)",
-        percentile(&lateness, 0.5),
-        percentile(&lateness, 0.99),
-        lateness.last().copied().unwrap_or(f64::NAN),
+        "fire lateness ms: {}  (record timestamp on the topic − fire time, {} records)",
+        spread(&lateness),
         lateness.len()
     );
     println!(
-        "recorded ms:      p50 {:.1}  p99 {:.1}  max {:.1}  (published_at after the acknowledgement − fire time)",
-        percentile(&recorded, 0.5),
-        percentile(&recorded, 0.99),
-        recorded.last().copied().unwrap_or(f64::NAN)
+        "recorded ms:      {}  (published_at after the acknowledgement − fire time)",
+        spread(&recorded)
     );
     println!(
-        "scan per batch:   {} batches, p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+        "scan per batch:   {} batches, {} (ms)",
         scans.len(),
-        percentile(&scans, 0.5),
-        percentile(&scans, 0.99),
-        scans.last().copied().unwrap_or(f64::NAN)
+        spread(&scans)
     );
     println!("admin RSS:        {:.1} MiB", rss_kb as f64 / 1024.0);
     if args.workers > 0 {
         // Runs of the window as the workers saw them: how late each started, and how many
         // finished while the window lasted (the admin goes on firing while this reads).
-        let mut start_late: Vec<f64> = sqlx::query_scalar(
-            "SELECT EXTRACT(EPOCH FROM (started_at - fire_time))::float8 * 1000.0
-             FROM triggers WHERE fire_time BETWEEN $1 AND $2 AND started_at IS NOT NULL",
-        )
-        .bind(t0)
-        .bind(t1)
-        .fetch_all(&pool)
-        .await?;
-        start_late.sort_by(f64::total_cmp);
+        let start_late = ms_after_fire(&pool, "started_at", t0, t1).await?;
         let finished_in_window: i64 =
             sqlx::query_scalar("SELECT count(*) FROM triggers WHERE finished_at BETWEEN $1 AND $2")
                 .bind(t0)
@@ -235,12 +213,10 @@ async fn main() -> Result<()> {
                 .fetch_one(&pool)
                 .await?;
         println!(
-            "workers:          {} runs finished in the window = {:.0}/s; start lateness ms p50 {:.1}  p99 {:.1}  max {:.1} (started_at − fire time, {} runs)",
+            "workers:          {} runs finished in the window = {:.0}/s; start lateness ms {} (started_at − fire time, {} runs)",
             finished_in_window,
             finished_in_window as f64 / window_s,
-            percentile(&start_late, 0.5),
-            percentile(&start_late, 0.99),
-            start_late.last().copied().unwrap_or(f64::NAN),
+            spread(&start_late),
             start_late.len()
         );
     }
@@ -253,6 +229,36 @@ async fn main() -> Result<()> {
         print_statements(&pool).await?;
     }
     Ok(())
+}
+
+/// `p50 …  p99 …  max …` of sorted figures.
+fn spread(sorted: &[f64]) -> String {
+    format!(
+        "p50 {:.1}  p99 {:.1}  max {:.1}",
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.99),
+        sorted.last().copied().unwrap_or(f64::NAN)
+    )
+}
+
+/// Milliseconds from the fire time to `column` (`published_at` or `started_at`) of the runs
+/// that fired between `t0` and `t1` and have it, sorted.
+async fn ms_after_fire(
+    pool: &sqlx::PgPool,
+    column: &'static str,
+    t0: chrono::DateTime<chrono::Utc>,
+    t1: chrono::DateTime<chrono::Utc>,
+) -> Result<Vec<f64>> {
+    let mut ms: Vec<f64> = sqlx::query_scalar(&format!(
+        "SELECT EXTRACT(EPOCH FROM ({column} - fire_time))::float8 * 1000.0
+         FROM triggers WHERE fire_time BETWEEN $1 AND $2 AND {column} IS NOT NULL"
+    ))
+    .bind(t0)
+    .bind(t1)
+    .fetch_all(pool)
+    .await?;
+    ms.sort_by(f64::total_cmp);
+    Ok(ms)
 }
 
 /// The statements that took the most database time over the whole run.
