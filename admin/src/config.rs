@@ -59,6 +59,9 @@ pub struct AdminConfig {
     pub retention: crate::retention::RetentionConfig,
 }
 
+/// Longest `CADENZA_LOST_GRACE_MS`: 30 days.
+pub const MAX_LOST_GRACE_MS: u64 = 30 * 24 * 3_600_000;
+
 /// Timing of leases, scans and publication.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SchedulerArgs {
@@ -119,6 +122,21 @@ impl SchedulerArgs {
             return Err(format!(
                 "CADENZA_LEASE_MARGIN_MS ({}) must be at least 500 and leave room for a renewal: margin + renew < ttl ({} + {} >= {})",
                 self.lease_margin_ms, self.lease_margin_ms, self.lease_renew_ms, self.lease_ttl_ms
+            ));
+        }
+        for (name, v) in [
+            ("CADENZA_LEASE_TTL_MS", self.lease_ttl_ms),
+            ("CADENZA_LOOKAHEAD_MS", self.lookahead_ms),
+            ("CADENZA_SCAN_INTERVAL_MS", self.scan_interval_ms),
+        ] {
+            if v > 3_600_000 {
+                return Err(format!("{name} ({v}) must be at most 3600000 (one hour)"));
+            }
+        }
+        if self.lost_grace_ms > MAX_LOST_GRACE_MS {
+            return Err(format!(
+                "CADENZA_LOST_GRACE_MS ({}) must be at most {MAX_LOST_GRACE_MS} (30 days)",
+                self.lost_grace_ms
             ));
         }
         if self.scan_batch < 1 {

@@ -8,6 +8,10 @@ use crate::schedule::{JobSchedule, ScheduleError};
 
 /// Default `misfire_threshold_ms`: later than this past its fire time, a fire time is a misfire.
 pub const DEFAULT_MISFIRE_THRESHOLD_MS: i64 = 5_000;
+/// Longest duration any job field accepts (`timeout_ms`, `misfire_threshold_ms`, the intervals of
+/// `fix_rate` and `fix_delay` schedules): 366 days. Bounded so that no arithmetic on fire times
+/// can overflow, in the admin or in SQL; the database refuses larger values too (migration 0008).
+pub const MAX_DURATION_MS: i64 = crate::schedule::MAX_INTERVAL_MS;
 const MAX_NAME_LEN: usize = 200;
 const MAX_PARAMS_LEN: usize = 256 * 1024;
 const MAX_RETRIES: i32 = 100;
@@ -160,19 +164,22 @@ impl JobSpec {
                 format!("is longer than {MAX_PARAMS_LEN} bytes"),
             ));
         }
-        if self.timeout_ms < 0 {
+        if !(0..=MAX_DURATION_MS).contains(&self.timeout_ms) {
             return Err(FieldError::new(
                 "timeout_ms",
                 format!(
-                    "must be 0 (no timeout) or positive; got {}",
+                    "must be 0 (no timeout) or a duration up to {MAX_DURATION_MS} ms (366 days); got {}",
                     self.timeout_ms
                 ),
             ));
         }
-        if self.misfire_threshold_ms < 0 {
+        if !(0..=MAX_DURATION_MS).contains(&self.misfire_threshold_ms) {
             return Err(FieldError::new(
                 "misfire_threshold_ms",
-                format!("must not be negative; got {}", self.misfire_threshold_ms),
+                format!(
+                    "must be between 0 and {MAX_DURATION_MS} ms (366 days); got {}",
+                    self.misfire_threshold_ms
+                ),
             ));
         }
         if !(0..=MAX_RETRIES).contains(&self.retries) {

@@ -82,6 +82,27 @@ impl KafkaClients {
         last: i64,
         timeout: Duration,
     ) -> anyhow::Result<Vec<ReadRecord>> {
+        self.scan_partition(topic, partition, start, last, timeout, Vec::push)
+            .await
+    }
+
+    /// Like [`KafkaClients::read_partition`], but hands each record to `visit` instead of
+    /// keeping them all: `visit` folds each record into a state that starts as `S::default()`
+    /// (so a long partition costs only what the caller keeps).
+    pub async fn scan_partition<S, F>(
+        &self,
+        topic: &str,
+        partition: i32,
+        start: Option<i64>,
+        last: i64,
+        timeout: Duration,
+        visit: F,
+    ) -> anyhow::Result<S>
+    where
+        S: Default + Send + 'static,
+        F: FnMut(&mut S, ReadRecord) + Send + 'static,
+    {
+        let mut visit = visit;
         let mut config = base_config(&self.settings.brokers);
         config
             .set(
@@ -101,9 +122,9 @@ impl KafkaClients {
             tpl.add_partition_offset(&topic, partition, from)?;
             consumer.assign(&tpl)?;
             let deadline = std::time::Instant::now() + timeout;
-            let mut out = Vec::new();
+            let mut state = S::default();
             if start.is_some_and(|s| s > last) {
-                return Ok(out);
+                return Ok(state);
             }
             loop {
                 if std::time::Instant::now() > deadline {
@@ -116,16 +137,20 @@ impl KafkaClients {
                 };
                 let msg = msg?;
                 if msg.offset() > last {
-                    return Ok(out);
+                    return Ok(state);
                 }
-                out.push(ReadRecord {
-                    offset: msg.offset(),
+                let offset = msg.offset();
+                visit(
+                    &mut state,
+                    ReadRecord {
+                    offset,
                     record: msg
                         .payload()
-                        .and_then(|p| serde_json::from_slice::<TriggerRecord>(p).ok()),
-                });
-                if msg.offset() == last {
-                    return Ok(out);
+                            .and_then(|p| serde_json::from_slice::<TriggerRecord>(p).ok()),
+                    },
+                );
+                if offset == last {
+                    return Ok(state);
                 }
             }
         })

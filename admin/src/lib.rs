@@ -21,6 +21,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod db;
+pub mod guard;
 pub mod ingest;
 pub mod jobs;
 pub mod kafka;
@@ -41,8 +42,8 @@ use tokio_util::task::TaskTracker;
 use crate::config::AdminConfig;
 use crate::kafka::{KafkaClients, KafkaSettings};
 
-/// Calls `round` every `interval` (a late round delays the next) until `shutdown`; a failed
-/// round is logged as `what` and tried again at the next tick.
+/// Calls `round` every `interval` (a late round delays the next) until `shutdown`; a failed or
+/// panicking round is logged as `what` and tried again at the next tick.
 pub(crate) async fn every<F, Fut>(
     interval: Duration,
     shutdown: CancellationToken,
@@ -58,7 +59,7 @@ pub(crate) async fn every<F, Fut>(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = round().await {
+                if let Err(e) = guard::round(what, round()).await {
                     tracing::warn!(error = %e, "{what} failed; trying again next round");
                 }
             }
@@ -126,9 +127,11 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         shard_count,
         config: config.scheduler.clone(),
         leases: Arc::new(scheduler::lease::Leases::default()),
+        clock: Arc::new(scheduler::clock::DbClock::default()),
         wheel: Arc::new(scheduler::wheel::Wheel::default()),
         kafka: kafka.clone(),
         registry: registry.clone(),
+        read_back: tokio::sync::Mutex::new(()),
     });
     scheduler::spawn(ctx, &tracker, shutdown.clone());
     tracker.spawn(ingest::results::run(

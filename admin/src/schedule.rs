@@ -93,11 +93,14 @@ pub enum JobSchedule {
     None,
 }
 
+/// Longest `every_ms` / `delay_ms`: 366 days (see `jobs::MAX_DURATION_MS`).
+pub const MAX_INTERVAL_MS: i64 = 366 * 24 * 3_600_000;
+
 fn interval(field: &'static str, ms: i64) -> Result<Duration, ScheduleError> {
-    if ms < 1 {
+    if !(1..=MAX_INTERVAL_MS).contains(&ms) {
         return Err(err(
             field,
-            format!("must be at least 1 (milliseconds); got {ms}"),
+            format!("must be between 1 and {MAX_INTERVAL_MS} milliseconds (366 days); got {ms}"),
         ));
     }
     Ok(Duration::milliseconds(ms))
@@ -166,7 +169,7 @@ impl JobSchedule {
     pub fn first_fire(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             JobSchedule::Cron(c) => c.next_after(now),
-            JobSchedule::FixRate(d) | JobSchedule::FixDelay(d) => Some(now + *d),
+            JobSchedule::FixRate(d) | JobSchedule::FixDelay(d) => now.checked_add_signed(*d),
             JobSchedule::Once(at) => (*at > now).then_some(*at),
             JobSchedule::None => None,
         }
@@ -178,7 +181,7 @@ impl JobSchedule {
     pub fn next_after(&self, prev: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             JobSchedule::Cron(c) => c.next_after(prev),
-            JobSchedule::FixRate(d) => Some(prev + *d),
+            JobSchedule::FixRate(d) => prev.checked_add_signed(*d),
             JobSchedule::FixDelay(_) | JobSchedule::Once(_) | JobSchedule::None => None,
         }
     }

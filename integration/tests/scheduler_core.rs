@@ -223,6 +223,53 @@ async fn create_jobs(api: &ApiClient, n: usize) -> Vec<JobPlan> {
     jobs
 }
 
+/// A job at the bounds of every duration (the API refuses anything beyond them, the database
+/// too), plus one whose stored schedule cannot be planned: it stops alone, and the first one is
+/// tallied with the others.
+async fn absurd_durations_job(api: &ApiClient, pool: &PgPool) -> JobPlan {
+    const MAX_MS: i64 = 366 * 24 * 3_600_000;
+    let (status, err) = api
+        .post_json(
+            "/api/jobs",
+            &json!({"name": "absurd", "job_type": "chaos.noop", "misfire_threshold_ms": i64::MAX,
+                    "schedule": {"kind": "fix_rate", "every_ms": 900}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    let (status, job) = api
+        .post_json(
+            "/api/jobs",
+            &json!({"name": "longest durations", "job_type": "chaos.noop",
+                    "misfire_threshold_ms": MAX_MS, "timeout_ms": MAX_MS,
+                    "schedule": {"kind": "fix_rate", "every_ms": 900}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let poison = api
+        .create_job(
+            &json!({"name": "cannot be planned", "job_type": "chaos.noop",
+            "schedule": {"kind": "fix_rate", "every_ms": 60_000}, "enabled": false}),
+        )
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET schedule = jsonb_set(schedule, '{every_ms}', to_jsonb($1::bigint)), \
+         enabled = true, next_fire_at = now() + interval '1 second' WHERE id = $2",
+    )
+    .bind(8_000_000_000_000_000i64)
+    .bind(poison)
+    .execute(pool)
+    .await
+    .unwrap();
+    JobPlan {
+        id: job["id"].as_i64().unwrap(),
+        first: time(&job["next_fire_at"]),
+        every: chrono::Duration::milliseconds(900),
+    }
+}
+
 async fn disable_all(api: &ApiClient, jobs: &[JobPlan]) {
     for j in jobs {
         let (status, body) = api
@@ -264,16 +311,22 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         admins.push((id.to_owned(), spawn_admin(&cluster, id).await));
     }
     let _w1 = cluster
-        .spawn_worker("chaos.noop=noop", "chaos", &[])
+        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
         .await
         .unwrap();
     let _w2 = cluster
-        .spawn_worker("chaos.noop=noop", "chaos", &[])
+        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
         .await
         .unwrap();
     wait_balanced(&pool, &["admin-0", "admin-1", "admin-2"]).await;
     let api = admins[0].1.api();
-    let jobs = create_jobs(&api, 200).await;
+    let mut jobs = create_jobs(&api, 200).await;
+    jobs.push(absurd_durations_job(&api, &pool).await);
+    let nul = api
+        .create_job(&json!({"name": "prints a NUL", "job_type": "chaos.sh",
+            "params": "printf 'a\\000b'", "schedule": {"kind": "fix_rate", "every_ms": 1000}}))
+        .await
+        .unwrap();
 
     let mut rng = rand::rng();
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -309,12 +362,44 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let until = Utc::now() - chrono::Duration::seconds(2);
     disable_all(&admins[0].1.api(), &jobs).await;
+    let api = admins[0].1.api();
+    api.post_empty(&format!("/api/jobs/{nul}/disable"))
+        .await
+        .unwrap();
     wait_quiet(&pool).await;
+    // Every run of the job that prints a NUL ends, as do the runs after it.
+    let nul_runs = wait_for(
+        Duration::from_secs(90),
+        "every run of the NUL-printing job to end",
+        || {
+            let api = api.clone();
+            async move {
+                let runs = api.runs(&format!("job_id={nul}&limit=1000")).await?;
+                let open = runs
+                    .iter()
+                    .filter(|r| {
+                        ["published", "running"].contains(&r["status"].as_str().unwrap_or(""))
+                    })
+                    .count();
+                Ok((open == 0).then_some(runs))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let nul_ok = nul_runs
+        .iter()
+        .filter(|r| r["status"] == "succeeded")
+        .count();
 
     let t = tally(&cluster, &pool, &jobs, until).await;
     println!(
-        "chaos {secs} s: {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}",
-        t.expected, t.published, t.misfired, t.duplicates, t.lost
+        "chaos {secs} s: {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}; NUL job: {nul_ok} of {} runs succeeded",
+        t.expected, t.published, t.misfired, t.duplicates, t.lost, nul_runs.len()
+    );
+    assert!(
+        nul_ok > 0,
+        "no run of the NUL-printing job succeeded: {nul_runs:?}"
     );
     assert!(t.expected > 1000, "{t:?}");
     assert_eq!(

@@ -1,13 +1,17 @@
--- `finished` events, batched. The first terminal status wins; a repeated event changes nothing.
+-- `finished` events, batched (at most one per run). The first terminal status wins; a repeated
+-- event changes nothing, and neither does a late result of an earlier attempt once a later
+-- attempt of the run has started (it was redelivered and runs again elsewhere).
 UPDATE triggers t
 SET status = u.status, worker_id = u.worker_id, worker_group = u.worker_group,
     partition = u.partition, "offset" = u.offset, attempt = u.attempt,
     started_at = COALESCE(t.started_at, u.started_at), finished_at = u.finished_at,
-    message = u.message, log = u.log, updated_at = now()
+    message = u.message, log = u.log, retry_requested = u.retry_requested, updated_at = now()
 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[],
-            $7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[])
+            $7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[],
+            $12::bool[])
      AS u (id, worker_id, worker_group, partition, "offset", attempt, status, started_at,
-           finished_at, message, log)
+           finished_at, message, log, retry_requested)
 WHERE t.id = u.id
   AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
+  AND u.attempt >= t.attempt
 RETURNING t.id, t.status

@@ -1,6 +1,7 @@
 -- Runs of the given shards still `running` more than their timeout plus a grace ($2 ms) after
 -- they started, on a worker that is dead (no heartbeat for $3 ms, or it said goodbye), are
--- recorded `lost`. Reads only running runs (partial index triggers_running).
+-- recorded `lost`. Reads only running runs (partial index triggers_running). Timeouts are bounded
+-- (366 days); LEAST keeps a run written before the bound from overflowing the sum.
 UPDATE triggers t
 SET status = 'lost', finished_at = now(), updated_at = now(),
     message = 'lost: worker ' || COALESCE(t.worker_id, '(unknown)')
@@ -10,7 +11,7 @@ SET status = 'lost', finished_at = now(), updated_at = now(),
                           ' never sent a heartbeat')
               || ' and no result came within the run''s timeout plus ' || $2 || ' ms'
 WHERE t.shard = ANY($1::int[]) AND t.status = 'running'
-  AND t.started_at < now() - make_interval(secs => (t.timeout_ms + $2::bigint)::float8 / 1000.0)
+  AND t.started_at < now() - make_interval(secs => (LEAST(t.timeout_ms, 31622400000) + $2::bigint)::float8 / 1000.0)
   AND NOT EXISTS (
       SELECT 1 FROM workers w
       WHERE w.worker_id = t.worker_id AND w.stopped_at IS NULL

@@ -1,3 +1,7 @@
 -- Runs not found on their partition during read-back never landed: send them again.
-UPDATE triggers SET status = 'scheduled', updated_at = now()
-WHERE id = ANY($1::bigint[]) AND status = 'publishing'
+-- Compare-and-set on the mark the read-back saw (epoch and time): a run that was put back and
+-- marked again since (its new send may be in flight) is left alone.
+UPDATE triggers t SET status = 'scheduled', updated_at = now()
+FROM UNNEST($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u (id, epoch, marked_at)
+WHERE t.id = u.id AND t.status = 'publishing'
+  AND t.lease_epoch IS NOT DISTINCT FROM u.epoch AND t.updated_at = u.marked_at

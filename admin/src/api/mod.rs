@@ -73,6 +73,19 @@ async fn readyz(State(state): Shared) -> Response {
     }
 }
 
+/// A handler that panicked (a defect): logged, answered `500 internal` like any internal error,
+/// instead of a dropped connection.
+fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = crate::guard::panic_message(&*payload);
+    tracing::error!(panic = %message, "an API handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error; the admin's log has the details",
+    )
+    .into_response()
+}
+
 async fn fallback() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
@@ -100,6 +113,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(fallback)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .with_state(state)
 }
 

@@ -48,6 +48,9 @@ pub struct Run {
     pub parent_id: Option<i64>,
     /// Which retry of its fire this run is (0: the first run).
     pub retry_no: i32,
+    /// The handler asked for this failed run to be retried (`Outcome::Retry`); it is retried
+    /// under the job's `retries` like any failed run.
+    pub retry_requested: bool,
     /// For a run published but not started: why it waits, when no live worker serves its job
     /// type (it runs once one does).
     #[sqlx(skip)]

@@ -15,6 +15,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::{recv_batch, to_dlq};
+use crate::guard::{self, Backoff};
 use crate::kafka::KafkaClients;
 use crate::route::registry::Registry;
 
@@ -36,26 +37,57 @@ fn clip(s: Option<String>, max: usize) -> Option<String> {
     })
 }
 
+/// Text from a worker as PostgreSQL can store it: a NUL character (which `text` refuses) becomes
+/// U+FFFD, the replacement character.
+pub fn storable(s: &str) -> String {
+    s.replace('\0', "\u{FFFD}")
+}
+
+/// A worker's text, clipped to its tail and storable.
+fn worker_text(s: Option<&str>) -> Option<String> {
+    clip(s.map(storable), MAX_LOG_BYTES)
+}
+
+/// Of several events of one kind for the same run in a batch, the one that counts: the latest
+/// attempt's, and of one attempt the first (a repeated event changes nothing). One statement
+/// then updates each run at most once, deterministically.
+fn latest_per_run<'a, E>(
+    events: impl Iterator<Item = &'a E>,
+    key: impl Fn(&E) -> (i64, u32),
+) -> Vec<&'a E> {
+    let mut best: std::collections::BTreeMap<i64, &'a E> = std::collections::BTreeMap::new();
+    for e in events {
+        let (id, attempt) = key(e);
+        match best.get(&id) {
+            Some(kept) if key(kept).1 >= attempt => {}
+            _ => {
+                best.insert(id, e);
+            }
+        }
+    }
+    best.into_values().collect()
+}
+
 /// Applies a batch of events in one transaction. Idempotent.
 pub async fn apply(
     pool: &PgPool,
     registry: &Registry,
     events: &[ResultEvent],
 ) -> Result<usize, sqlx::Error> {
-    let started: Vec<&RunStarted> = events
-        .iter()
-        .filter_map(|e| match e {
+    let started = latest_per_run(
+        events.iter().filter_map(|e| match e {
             ResultEvent::Started(s) => Some(s),
             _ => None,
-        })
-        .collect();
-    let finished: Vec<&RunFinished> = events
-        .iter()
-        .filter_map(|e| match e {
+        }),
+        |s: &RunStarted| (s.trigger_id.0, s.attempt),
+    );
+    let finished = latest_per_run(
+        events.iter().filter_map(|e| match e {
             ResultEvent::Finished(f) => Some(f),
             _ => None,
-        })
-        .collect();
+        }),
+        |f: &RunFinished| (f.trigger_id.0, f.attempt),
+    );
     let logs: Vec<&RunLogLines> = events
         .iter()
         .filter_map(|e| match e {
@@ -71,10 +103,15 @@ pub async fn apply(
                 .bind(
                     started
                         .iter()
-                        .map(|s| s.worker_id.0.clone())
+                        .map(|s| storable(&s.worker_id.0))
                         .collect::<Vec<_>>(),
                 )
-                .bind(started.iter().map(|s| s.group.clone()).collect::<Vec<_>>())
+                .bind(
+                    started
+                        .iter()
+                        .map(|s| storable(&s.group))
+                        .collect::<Vec<_>>(),
+                )
                 .bind(started.iter().map(|s| s.partition).collect::<Vec<_>>())
                 .bind(started.iter().map(|s| s.offset).collect::<Vec<_>>())
                 .bind(started.iter().map(|s| s.attempt as i32).collect::<Vec<_>>())
@@ -96,7 +133,7 @@ pub async fn apply(
             .bind(
                 layer
                     .iter()
-                    .map(|l| clip(Some(l.lines.join("\n")), MAX_LOG_BYTES).unwrap_or_default())
+                    .map(|l| worker_text(Some(&l.lines.join("\n"))).unwrap_or_default())
                     .collect::<Vec<_>>(),
             )
             .execute(&mut *tx)
@@ -109,10 +146,15 @@ pub async fn apply(
             .bind(
                 finished
                     .iter()
-                    .map(|f| f.worker_id.0.clone())
+                    .map(|f| storable(&f.worker_id.0))
                     .collect::<Vec<_>>(),
             )
-            .bind(finished.iter().map(|f| f.group.clone()).collect::<Vec<_>>())
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| storable(&f.group))
+                    .collect::<Vec<_>>(),
+            )
             .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
             .bind(
@@ -132,13 +174,19 @@ pub async fn apply(
             .bind(
                 finished
                     .iter()
-                    .map(|f| clip(f.message.clone(), MAX_LOG_BYTES))
+                    .map(|f| worker_text(f.message.as_deref()))
                     .collect::<Vec<_>>(),
             )
             .bind(
                 finished
                     .iter()
-                    .map(|f| clip(f.log.clone(), MAX_LOG_BYTES))
+                    .map(|f| worker_text(f.log.as_deref()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                finished
+                    .iter()
+                    .map(|f| f.retry_requested)
                     .collect::<Vec<_>>(),
             )
             .fetch_all(&mut *tx)
@@ -190,6 +238,73 @@ fn check(e: &ResultEvent) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether an error says the database refused the data (a result it will refuse again however
+/// often it is sent) rather than that it could not be reached or was busy.
+fn refused(e: &anyhow::Error) -> bool {
+    match e.downcast_ref::<sqlx::Error>() {
+        Some(sqlx::Error::Database(db)) => {
+            let class = db.code().map(|c| c.chars().take(2).collect::<String>());
+            // 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator
+            // intervention (shutdown, cancel): worth retrying. Anything else is about the data.
+            !matches!(class.as_deref(), Some("08" | "40" | "53" | "57"))
+        }
+        Some(_) => false,
+        // Not a database error: a panic while applying the batch.
+        None => true,
+    }
+}
+
+/// How storing some events ended.
+enum Stored {
+    Yes,
+    Refused(anyhow::Error),
+    Shutdown,
+}
+
+/// Applies events, retrying with a back-off while the database is unreachable.
+struct Store<'a> {
+    pool: &'a PgPool,
+    registry: &'a Registry,
+    backoff: Backoff,
+}
+
+impl<'a> Store<'a> {
+    fn new(pool: &'a PgPool, registry: &'a Registry) -> Self {
+        Self {
+            pool,
+            registry,
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
+        }
+    }
+
+    async fn apply(&mut self, events: &[ResultEvent], shutdown: &CancellationToken) -> Stored {
+        loop {
+            let round = async {
+                apply(self.pool, self.registry, events)
+                    .await
+                    .map_err(anyhow::Error::from)
+            };
+            match guard::round("storing results", round).await {
+                Ok(_) => {
+                    if self.backoff.succeeded() {
+                        tracing::info!("storing results works again");
+                    }
+                    return Stored::Yes;
+                }
+                Err(e) if refused(&e) => return Stored::Refused(e),
+                Err(e) => {
+                    let pause = self.backoff.failed();
+                    tracing::error!(error = %e, retry_in_ms = pause.as_millis() as u64, "storing results failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Stored::Shutdown,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Consumes `<prefix>.results` until `shutdown`. Offsets are committed after the batch is in
 /// the database, so a crash re-applies (harmlessly) rather than loses events.
 pub async fn run(
@@ -216,30 +331,38 @@ pub async fn run(
         if batch.is_empty() {
             continue;
         }
-        let mut events = Vec::with_capacity(batch.len());
-        for m in &batch {
+        // (index in `batch`, event): an event the database refuses goes to the DLQ as its message.
+        let mut events: Vec<(usize, ResultEvent)> = Vec::with_capacity(batch.len());
+        for (i, m) in batch.iter().enumerate() {
             let parsed = match m.payload() {
                 None => Err("empty message".to_owned()),
                 Some(p) => serde_json::from_slice::<ResultEvent>(p)
                     .map_err(|e| format!("not a result event: {e}")),
             };
             match parsed.and_then(|e| check(&e).map(|()| e)) {
-                Ok(e) => events.push(e),
+                Ok(e) => events.push((i, e)),
                 Err(reason) => to_dlq(&kafka, &admin_id, m, reason).await,
             }
         }
-        // Retry the batch until it is stored: never commit past events that are not.
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match apply(&pool, &registry, &events).await {
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, "storing results failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
+        // Never commit past events that are not stored: a batch is retried while the database
+        // is unreachable; one it refuses is applied event by event, and an event refused on its
+        // own goes to the DLQ with the reason, so one bad event cannot hold up the partition.
+        let all: Vec<ResultEvent> = events.iter().map(|(_, e)| e.clone()).collect();
+        let mut store = Store::new(&pool, &registry);
+        match store.apply(&all, &shutdown).await {
+            Stored::Yes => {}
+            Stored::Shutdown => return,
+            Stored::Refused(e) => {
+                tracing::warn!(error = %e, events = all.len(), "the database refused a batch of results; applying them one by one");
+                for (i, event) in &events {
+                    match store.apply(std::slice::from_ref(event), &shutdown).await {
+                        Stored::Yes => {}
+                        Stored::Shutdown => return,
+                        Stored::Refused(e) => {
+                            let reason = format!("the database refused this result event: {e}");
+                            to_dlq(&kafka, &admin_id, &batch[*i], reason).await;
+                        }
                     }
-                    delay = (delay * 2).min(Duration::from_secs(5));
                 }
             }
         }

@@ -122,11 +122,13 @@ impl LeaseManager {
         let cfg = &ctx.config;
         let ttl_ms = cfg.lease_ttl_ms as f64;
         let sent = Instant::now();
-        let admins: i64 = sqlx::query_scalar(sql!("lease/heartbeat"))
+        let sent_wall = Utc::now();
+        let (admins, db_now): (i64, DateTime<Utc>) = sqlx::query_as(sql!("lease/heartbeat"))
             .bind(&ctx.admin_id)
             .bind(ttl_ms)
             .fetch_one(&ctx.pool)
             .await?;
+        ctx.clock.observe(sent_wall, db_now, Utc::now());
         let share = fair_share(ctx.shard_count, admins);
         let (shards, epochs): (Vec<i32>, Vec<i64>) = ctx
             .leases
@@ -201,7 +203,8 @@ impl LeaseManager {
     pub async fn run(&self, shutdown: CancellationToken) {
         let mut failing = false;
         loop {
-            match self.run_once().await {
+            let round = async { self.run_once().await.map_err(anyhow::Error::from) };
+            match crate::guard::round("lease round", round).await {
                 Ok(change) => {
                     if failing {
                         tracing::info!("lease renewal works again");
@@ -286,7 +289,8 @@ impl LeaseManager {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(settle) => {}
                 }
-                if let Err(e) = super::recover::resolve_publishing(&ctx, &shards, 0).await {
+                let which = super::recover::ReadBack::AfterTakeover;
+                if let Err(e) = super::recover::resolve_publishing(&ctx, &shards, which).await {
                     tracing::warn!(error = %e, "resolving triggers left publishing failed; the sweep retries");
                 }
             });

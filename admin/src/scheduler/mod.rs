@@ -11,6 +11,7 @@
 //! Every write that depends on a lease checks the lease's epoch in the same statement or
 //! transaction, so an admin that lost a shard cannot change its rows.
 
+pub mod clock;
 pub mod lease;
 pub mod lost;
 pub mod publish;
@@ -113,10 +114,15 @@ pub struct SchedulerContext {
     pub shard_count: u32,
     pub config: SchedulerArgs,
     pub leases: Arc<lease::Leases>,
+    /// The database clock, by which the timer releases triggers.
+    pub clock: Arc<clock::DbClock>,
     pub wheel: Arc<wheel::Wheel>,
     pub kafka: Arc<KafkaClients>,
     /// Live workers, from their heartbeats (routing and broadcast shard counts).
     pub registry: Arc<crate::route::registry::Registry>,
+    /// Held while runs left `publishing` are read back: one read-back at a time, so two cannot
+    /// act on the same runs.
+    pub read_back: tokio::sync::Mutex<()>,
 }
 
 /// Starts the scheduler's loops on `tracker`; they stop when `shutdown` is cancelled, after

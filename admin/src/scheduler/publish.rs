@@ -18,6 +18,7 @@ use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use super::{PendingTrigger, SchedulerContext};
+use crate::guard;
 use crate::route::Router;
 
 /// Most triggers in one publication batch.
@@ -72,7 +73,11 @@ impl Publisher {
                 in_flight.join_next().await;
             }
             while in_flight.try_join_next().is_some() {}
-            let batch = self.ctx.wheel.next_due(MAX_BATCH, &stop).await;
+            let batch = self
+                .ctx
+                .wheel
+                .next_due(MAX_BATCH, &self.ctx.clock, &stop)
+                .await;
             if batch.is_empty() {
                 if stop.is_cancelled() {
                     break;
@@ -80,11 +85,11 @@ impl Publisher {
                 continue;
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
-            match self.send(batch).await {
+            match guard::round("publication", self.send(batch)).await {
                 Ok(sent) => {
                     let ctx = self.ctx.clone();
                     in_flight.spawn(async move {
-                        match record(&ctx, sent).await {
+                        match guard::round("recording a publication", record(&ctx, sent)).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
                                 ?o,
                                 "some triggers could not be published; they are read back and retried"
@@ -131,7 +136,7 @@ impl Publisher {
         if routed.is_empty() {
             return Ok(InFlight {
                 sends: Vec::new(),
-                sent_at: Utc::now(),
+                sent_at: self.ctx.clock.now(),
                 outcome,
             });
         }
@@ -182,12 +187,12 @@ impl Publisher {
             outcome.failed = routed.len();
             return Ok(InFlight {
                 sends: Vec::new(),
-                sent_at: Utc::now(),
+                sent_at: self.ctx.clock.now(),
                 outcome,
             });
         };
         let topics = self.ctx.kafka.topics();
-        let now = Utc::now();
+        let now = self.ctx.clock.now();
         self.ctx.kafka.renew_producer_if_fatal();
         let producer = self.ctx.kafka.producer();
         let mut sends = Vec::with_capacity(routed.len());

@@ -7,7 +7,7 @@
 //! * All the time: `LISTEN` for runs the API inserted, and sweep periodically for anything
 //!   missed (overdue `scheduled` runs, `publishing` runs whose send failed).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,99 +76,178 @@ struct PublishingRow {
     id: i64,
     job_type: String,
     partition: Option<i32>,
+    /// The mark the read-back acts on (compare-and-set): the epoch and time it was made.
+    lease_epoch: Option<i64>,
     updated_at: DateTime<Utc>,
 }
 
-/// Resolves the runs of `shards` left `publishing` for longer than `older_than_ms`: reads each
+/// Which runs left `publishing` a read-back takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBack {
+    /// Runs of earlier holders (earlier epochs) whatever their age — call it only once their
+    /// sends have settled (the previous lease's expiry plus the margin) — and runs of this
+    /// holder's epoch whose send has settled.
+    AfterTakeover,
+    /// Only runs whose send has settled by their age (twice the lease margin), whoever marked
+    /// them.
+    Settled,
+}
+
+/// What a read-back did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Resolved {
+    /// Found on their partition: recorded `published`.
+    pub published: usize,
+    /// Not found: back to `scheduled`, sent again.
+    pub resend: usize,
+    /// Partitions that could not be read back; their runs stay `publishing` for the next sweep.
+    pub failed_partitions: usize,
+}
+
+/// Runs found on a partition: trigger id → offset.
+type Found = HashMap<i64, i64>;
+
+/// Resolves the runs of `shards` left `publishing` (see [`ReadBack`] for which): reads each
 /// partition involved back to a fence record written now; runs found are recorded `published`,
-/// the rest go back to `scheduled` and are sent again. Returns (found, sent again).
+/// the rest go back to `scheduled` and are sent again. A partition that cannot be read back is
+/// skipped (its runs wait for the next sweep) without holding up the others. One read-back runs
+/// at a time, and each resolution is a compare-and-set on the mark it saw, so a run marked again
+/// meanwhile (its new send may be in flight) is never reset.
 pub async fn resolve_publishing(
     ctx: &SchedulerContext,
     shards: &[u32],
-    older_than_ms: u64,
-) -> anyhow::Result<(usize, usize)> {
-    let shard_ids: Vec<i32> = shards.iter().map(|s| *s as i32).collect();
+    which: ReadBack,
+) -> anyhow::Result<Resolved> {
+    let _one_at_a_time = ctx.read_back.lock().await;
+    let (shard_ids, epochs): (Vec<i32>, Vec<i64>) = shards
+        .iter()
+        .filter_map(|s| ctx.leases.epoch(*s).map(|e| (*s as i32, e)))
+        .unzip();
+    if shard_ids.is_empty() {
+        return Ok(Resolved::default());
+    }
     let rows: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_rows"))
         .bind(&shard_ids)
-        .bind(older_than_ms as f64)
+        .bind(&epochs)
+        .bind((ctx.config.lease_margin_ms * 2) as f64)
+        .bind(which == ReadBack::AfterTakeover)
         .fetch_all(&ctx.pool)
         .await?;
     if rows.is_empty() {
-        return Ok((0, 0));
+        return Ok(Resolved::default());
     }
     let mut groups: BTreeMap<(String, i32), Vec<&PublishingRow>> = BTreeMap::new();
-    let mut missing: Vec<i64> = Vec::new();
+    let mut missing: Vec<&PublishingRow> = Vec::new();
     for r in &rows {
         match r.partition {
             Some(p) => groups.entry((r.job_type.clone(), p)).or_default().push(r),
-            None => missing.push(r.id),
+            None => missing.push(r),
         }
     }
-    let (mut f_id, mut f_part, mut f_off) = (vec![], vec![], vec![]);
+    let mut found: Vec<(&PublishingRow, i32, i64)> = Vec::new();
+    let mut out = Resolved::default();
     for ((job_type, partition), group) in groups {
-        let Ok(jt) = JobType::parse(&job_type) else {
-            missing.extend(group.iter().map(|r| r.id));
-            continue;
-        };
-        let topic = ctx.kafka.topics().trigger(&jt);
-        let earliest_mark = group
-            .iter()
-            .map(|r| r.updated_at)
-            .min()
-            .unwrap_or_else(Utc::now);
-        let start: Option<i64> = sqlx::query_scalar(sql!("recover/read_back_start"))
-            .bind(&job_type)
-            .bind(partition)
-            .bind(earliest_mark)
-            .fetch_one(&ctx.pool)
-            .await?;
-        let fence =
-            write_fence(ctx, &topic, partition, shards.first().copied().unwrap_or(0)).await?;
-        let found: HashMap<i64, i64> = ctx
-            .kafka
-            .read_partition(&topic, partition, start, fence, READ_BACK_TIMEOUT)
-            .await?
-            .into_iter()
-            .filter_map(|r| match r.record {
-                Some(TriggerRecord::Trigger(t)) => Some((t.trigger_id.0, r.offset)),
-                _ => None,
-            })
-            .collect();
-        for r in group {
-            match found.get(&r.id) {
-                Some(offset) => {
-                    f_id.push(r.id);
-                    f_part.push(partition);
-                    f_off.push(*offset);
+        match read_back_partition(ctx, &job_type, partition, &group, shard_ids[0] as u32).await {
+            Ok(offsets) => {
+                for r in group {
+                    match offsets.get(&r.id).copied() {
+                        Some(offset) => found.push((r, partition, offset)),
+                        None => missing.push(r),
+                    }
                 }
-                None => missing.push(r.id),
+            }
+            Err(e) => {
+                out.failed_partitions += 1;
+                tracing::warn!(%job_type, partition, runs = group.len(), error = %e, "reading a partition back failed; its runs stay publishing until the next sweep");
             }
         }
-        tracing::info!(%topic, partition, from = ?start, fence, "partition read back");
     }
-    if !f_id.is_empty() {
-        sqlx::query(sql!("recover/resolve_found"))
-            .bind(&f_id)
-            .bind(&f_part)
-            .bind(&f_off)
+    if !found.is_empty() {
+        out.published = sqlx::query(sql!("recover/resolve_found"))
+            .bind(found.iter().map(|(r, _, _)| r.id).collect::<Vec<_>>())
+            .bind(found.iter().map(|(_, p, _)| *p).collect::<Vec<_>>())
+            .bind(found.iter().map(|(_, _, o)| *o).collect::<Vec<_>>())
+            .bind(
+                found
+                    .iter()
+                    .map(|(r, _, _)| r.lease_epoch)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                found
+                    .iter()
+                    .map(|(r, _, _)| r.updated_at)
+                    .collect::<Vec<_>>(),
+            )
             .execute(&ctx.pool)
-            .await?;
+            .await?
+            .rows_affected() as usize;
     }
     if !missing.is_empty() {
-        sqlx::query(sql!("recover/resolve_missing"))
-            .bind(&missing)
+        out.resend = sqlx::query(sql!("recover/resolve_missing"))
+            .bind(missing.iter().map(|r| r.id).collect::<Vec<_>>())
+            .bind(missing.iter().map(|r| r.lease_epoch).collect::<Vec<_>>())
+            .bind(missing.iter().map(|r| r.updated_at).collect::<Vec<_>>())
             .execute(&ctx.pool)
-            .await?;
+            .await?
+            .rows_affected() as usize;
         // Load them again right away (they are overdue), misfire rules first.
         apply_misfires(ctx, &shard_ids).await?;
         load_pending(ctx, &shard_ids, 0).await?;
     }
     tracing::info!(
-        published = f_id.len(),
-        resend = missing.len(),
+        published = out.published,
+        resend = out.resend,
+        failed_partitions = out.failed_partitions,
         "runs left publishing resolved"
     );
-    Ok((f_id.len(), missing.len()))
+    Ok(out)
+}
+
+/// Reads one partition back from before the earliest of `group` was marked to a fence record
+/// written now; returns the offset of each run of `group` found there. Keeps only those runs in
+/// memory, however long the partition.
+async fn read_back_partition(
+    ctx: &SchedulerContext,
+    job_type: &str,
+    partition: i32,
+    group: &[&PublishingRow],
+    shard: u32,
+) -> anyhow::Result<Found> {
+    let jt = JobType::parse(job_type)?;
+    let topic = ctx.kafka.topics().trigger(&jt);
+    let earliest_mark = group
+        .iter()
+        .map(|r| r.updated_at)
+        .min()
+        .unwrap_or_else(Utc::now);
+    let start: Option<i64> = sqlx::query_scalar(sql!("recover/read_back_start"))
+        .bind(job_type)
+        .bind(partition)
+        .bind(earliest_mark)
+        .fetch_one(&ctx.pool)
+        .await?;
+    let fence = write_fence(ctx, &topic, partition, shard).await?;
+    let wanted: HashSet<i64> = group.iter().map(|r| r.id).collect();
+    let found = ctx
+        .kafka
+        .scan_partition(
+            &topic,
+            partition,
+            start,
+            fence,
+            READ_BACK_TIMEOUT,
+            move |found: &mut Found, r| {
+                if let Some(TriggerRecord::Trigger(t)) = r.record {
+                    if wanted.contains(&t.trigger_id.0) {
+                        found.entry(t.trigger_id.0).or_insert(r.offset);
+                    }
+                }
+            },
+        )
+        .await?;
+    tracing::info!(%topic, partition, from = ?start, fence, "partition read back");
+    Ok(found)
 }
 
 /// Writes a fence record to a partition; returns its offset.
@@ -183,7 +262,7 @@ async fn write_fence(
         shard,
         epoch: ctx.leases.epoch(shard).unwrap_or(0),
         nonce: format!("{:032x}", rand::random::<u128>()),
-        written_at: Utc::now(),
+        written_at: ctx.clock.now(),
     });
     let payload = serde_json::to_vec(&fence)?;
     ctx.kafka.renew_producer_if_fatal();
@@ -224,7 +303,7 @@ async fn sweep(ctx: &SchedulerContext) -> anyhow::Result<()> {
     let shard_ids: Vec<i32> = held.iter().map(|s| *s as i32).collect();
     apply_misfires(ctx, &shard_ids).await?;
     // A send settles within the producer's timeout, shorter than the margin.
-    resolve_publishing(ctx, &held, ctx.config.lease_margin_ms * 2).await?;
+    resolve_publishing(ctx, &held, ReadBack::Settled).await?;
     // Only overdue rows: the scan hands fresh ones to the timer itself.
     load_pending(ctx, &shard_ids, 0).await?;
     // Runs the scan did not write, as they come within the look-ahead.
@@ -261,8 +340,8 @@ pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = sweep(&ctx).await {
-                    tracing::debug!(error = %e, "sweep failed");
+                if let Err(e) = crate::guard::round("sweep", sweep(&ctx)).await {
+                    tracing::warn!(error = %e, "sweep of held shards failed; trying again next round");
                 }
             }
             n = notification => match n {

@@ -9,10 +9,14 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use super::{rows_to_pending, PendingRow, SchedulerContext};
+use crate::guard::{self, Backoff};
 use crate::schedule::JobSchedule;
 
 /// Most fire times written for one job in one scan; a job with more due continues next scan.
 pub const MAX_FIRES_PER_JOB: usize = 10_000;
+
+/// Longest pause between scans while they fail.
+pub const MAX_SCAN_BACKOFF: Duration = Duration::from_secs(5);
 
 /// A fire time to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +51,10 @@ pub fn plan_fires(
     until: DateTime<Utc>,
 ) -> Plan {
     let kind = schedule.trigger_kind();
-    let misfire_before = now - threshold;
+    // Durations are bounded at validation; the checked form keeps any stored value harmless.
+    let misfire_before = now
+        .checked_sub_signed(threshold)
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let mut fires = Vec::new();
     let mut next = Some(next_fire_at);
     let mut last_missed: Option<DateTime<Utc>> = None;
@@ -140,6 +147,47 @@ pub struct ScanOutcome {
     pub elapsed: Duration,
 }
 
+/// Plans one due job. A job whose stored definition cannot be read, or whose planning fails in
+/// any way, stops firing (logged) instead of stopping the scan of every other job.
+fn plan_job(job: &DueJob, lookahead: chrono::Duration) -> Plan {
+    let stop = |what: &str, error: &dyn std::fmt::Display| {
+        tracing::error!(job_id = job.id, %error, "{what}; the job stops firing until it is edited");
+        Plan {
+            fires: vec![],
+            next_fire_at: None,
+            enabled: true,
+        }
+    };
+    let schedule = match JobSchedule::from_stored(&job.schedule.0) {
+        Ok(s) => s,
+        Err(e) => return stop("stored schedule unreadable", &e),
+    };
+    let misfire: MisfireStrategy = match job.misfire.parse() {
+        Ok(m) => m,
+        Err(e) => return stop("stored misfire strategy unreadable", &e),
+    };
+    let until = job
+        .db_now
+        .checked_add_signed(lookahead)
+        .unwrap_or(DateTime::<Utc>::MAX_UTC);
+    let planned = std::panic::catch_unwind(|| {
+        plan_fires(
+            &schedule,
+            misfire,
+            chrono::Duration::milliseconds(job.misfire_threshold_ms),
+            job.next_fire_at,
+            job.db_now,
+            until,
+        )
+    });
+    planned.unwrap_or_else(|panic| {
+        stop(
+            "planning its fire times failed",
+            &crate::guard::panic_message(&*panic),
+        )
+    })
+}
+
 impl Scanner {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
         Self { ctx }
@@ -180,35 +228,7 @@ impl Scanner {
         let (mut p_shard, mut p_total) = (Vec::<i32>::new(), Vec::<i32>::new());
         let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
         for job in &due {
-            let plan = match (
-                JobSchedule::from_stored(&job.schedule.0),
-                job.misfire.parse(),
-            ) {
-                (Ok(schedule), Ok(misfire)) => plan_fires(
-                    &schedule,
-                    misfire,
-                    chrono::Duration::milliseconds(job.misfire_threshold_ms),
-                    job.next_fire_at,
-                    job.db_now,
-                    job.db_now + lookahead,
-                ),
-                (Err(e), _) => {
-                    tracing::error!(job_id = job.id, error = %e, "stored schedule unreadable; job stops firing");
-                    Plan {
-                        fires: vec![],
-                        next_fire_at: None,
-                        enabled: true,
-                    }
-                }
-                (_, Err(e)) => {
-                    tracing::error!(job_id = job.id, error = %e, "stored misfire strategy unreadable; job stops firing");
-                    Plan {
-                        fires: vec![],
-                        next_fire_at: None,
-                        enabled: true,
-                    }
-                }
-            };
+            let plan = plan_job(job, lookahead);
             // A `sharding_broadcast` fire is one run per live worker (shard i of n).
             let shards = self
                 .ctx
@@ -264,15 +284,16 @@ impl Scanner {
         })
     }
 
-    /// Scans until `shutdown`: again at once after a full batch, else after `scan_interval`.
+    /// Scans until `shutdown`: again at once after a full batch, else after `scan_interval`. A
+    /// failed (or panicking) scan is logged and tried again after a back-off of up to
+    /// [`MAX_SCAN_BACKOFF`]; the loop itself never ends before `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
-        let mut failing = false;
+        let mut backoff = Backoff::new(self.ctx.config.scan_interval(), MAX_SCAN_BACKOFF);
         loop {
-            let pause = match self.run_once().await {
+            let pause = match guard::round("scan", self.run_once()).await {
                 Ok(o) => {
-                    if failing {
+                    if backoff.succeeded() {
                         tracing::info!("scan works again");
-                        failing = false;
                     }
                     if o.jobs > 0 {
                         tracing::debug!(
@@ -289,11 +310,9 @@ impl Scanner {
                     }
                 }
                 Err(e) => {
-                    if !failing {
-                        tracing::error!(error = %e, "scan failed; retrying");
-                        failing = true;
-                    }
-                    self.ctx.config.scan_interval()
+                    let pause = backoff.failed();
+                    tracing::error!(error = %e, failures = backoff.failures(), retry_in_ms = pause.as_millis() as u64, "scan failed; retrying");
+                    pause
                 }
             };
             tokio::select! {

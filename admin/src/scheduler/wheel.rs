@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
 
-use chrono::Utc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::clock::DbClock;
 use super::PendingTrigger;
 
 #[derive(Default)]
@@ -86,14 +86,19 @@ impl Wheel {
         self.len() == 0
     }
 
-    /// Waits until at least one trigger is due and returns every due trigger (up to `max`), or
-    /// an empty batch when `cancel` fires.
-    pub async fn next_due(&self, max: usize, cancel: &CancellationToken) -> Vec<PendingTrigger> {
+    /// Waits until at least one trigger is due by `clock` (the database's) and returns every due
+    /// trigger (up to `max`), or an empty batch when `cancel` fires.
+    pub async fn next_due(
+        &self,
+        max: usize,
+        clock: &DbClock,
+        cancel: &CancellationToken,
+    ) -> Vec<PendingTrigger> {
         loop {
             let notified = self.changed.notified();
             let wait_ms = {
                 let mut inner = self.lock();
-                let now = Utc::now().timestamp_millis();
+                let now = clock.now().timestamp_millis();
                 match inner.queue.keys().next() {
                     Some(&(due, _)) if due <= now => {
                         let mut out = Vec::new();
@@ -131,7 +136,7 @@ impl Wheel {
 mod tests {
     use super::*;
     use cadenza_schemas::{BlockStrategy, JobId, JobType, RouteStrategy, TriggerId, TriggerKind};
-    use chrono::{DateTime, Duration};
+    use chrono::{DateTime, Duration, Utc};
 
     fn trig(id: i64, shard: u32, fire_time: DateTime<Utc>) -> PendingTrigger {
         PendingTrigger {
@@ -163,9 +168,9 @@ mod tests {
         ]);
         w.insert(vec![trig(1, 0, now)]); // duplicate id ignored
         let cancel = CancellationToken::new();
-        let first = w.next_due(100, &cancel).await;
+        let first = w.next_due(100, &DbClock::default(), &cancel).await;
         assert_eq!(first.iter().map(|t| t.id.0).collect::<Vec<_>>(), vec![1]);
-        let second = w.next_due(100, &cancel).await;
+        let second = w.next_due(100, &DbClock::default(), &cancel).await;
         assert_eq!(second[0].id.0, 3);
         assert!(Utc::now() >= now + Duration::milliseconds(30));
         w.drop_shards(&[0]);
@@ -180,7 +185,7 @@ mod tests {
         let w2 = w.clone();
         let cancel = CancellationToken::new();
         let c2 = cancel.clone();
-        let waiter = tokio::spawn(async move { w2.next_due(10, &c2).await });
+        let waiter = tokio::spawn(async move { w2.next_due(10, &DbClock::default(), &c2).await });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         w.insert(vec![trig(2, 0, Utc::now())]);
         let got = tokio::time::timeout(std::time::Duration::from_secs(2), waiter)
@@ -194,5 +199,37 @@ mod tests {
         w.settle([2]);
         w.insert(vec![trig(2, 0, Utc::now())]);
         assert_eq!(w.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn triggers_are_released_by_the_database_clock() {
+        let w = Wheel::default();
+        let local = Utc::now();
+        w.insert(vec![
+            trig(1, 0, local + Duration::seconds(5)),
+            trig(2, 0, local - Duration::seconds(5)),
+        ]);
+        let cancel = CancellationToken::new();
+        // The database's clock is 10 s ahead of this admin's: both are due by it.
+        let ahead = DbClock::with_offset(Duration::seconds(10));
+        let got = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            w.next_due(10, &ahead, &cancel),
+        )
+        .await
+        .expect("released at once by the database clock");
+        assert_eq!(got.iter().map(|t| t.id.0).collect::<Vec<_>>(), vec![2, 1]);
+        // 10 s behind: a trigger due 5 s ago by this admin's clock is not due yet.
+        let behind = DbClock::with_offset(Duration::seconds(-10));
+        w.insert(vec![trig(3, 0, local - Duration::seconds(5))]);
+        let waited = tokio::time::timeout(
+            std::time::Duration::from_millis(300),
+            w.next_due(10, &behind, &cancel),
+        )
+        .await;
+        assert!(
+            waited.is_err(),
+            "released before its fire time by the database clock"
+        );
     }
 }
