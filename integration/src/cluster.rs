@@ -160,6 +160,21 @@ impl Cluster {
         Topics::new(self.topic_prefix.clone())
     }
 
+    /// Waits (up to `timeout`) until `<prefix>.dlq` holds a record; returns the records' JSON
+    /// payloads in (partition, offset) order.
+    pub async fn dlq_records(&self, timeout: Duration) -> Result<Vec<serde_json::Value>> {
+        let dlq = self.topics().dlq();
+        let records = crate::wait::wait_for(timeout, "a record on the DLQ", || {
+            let (b, t) = (self.brokers(), dlq.clone());
+            async move {
+                let r = crate::kafka::read_topic(&b, &t, Duration::from_secs(5)).await?;
+                Ok((!r.is_empty()).then_some(r))
+            }
+        })
+        .await?;
+        records.iter().map(|r| r.payload_json()).collect()
+    }
+
     /// `CADENZA_API_TOKEN`.
     pub fn token(&self) -> &str {
         &self.token

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{read_topic, wait_for, ApiClient, Cluster, StatusCode};
+use cadenza_integration::{ApiClient, Cluster, StatusCode};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -216,17 +216,7 @@ async fn a_nul_in_a_runs_output_is_stored_and_holds_up_no_other_result() {
         .await
         .unwrap();
     assert_eq!(again["status"], "succeeded", "{again}");
-    let dlq = format!("{}.dlq", cluster.topic_prefix());
-    let records = wait_for(WAIT, "the refused result on the DLQ", || {
-        let (b, t) = (cluster.brokers(), dlq.clone());
-        async move {
-            let r = read_topic(&b, &t, Duration::from_secs(5)).await?;
-            Ok((!r.is_empty()).then_some(r))
-        }
-    })
-    .await
-    .unwrap();
-    let d = records[0].payload_json().unwrap();
+    let d = cluster.dlq_records(WAIT).await.unwrap().remove(0);
     assert_eq!(d["source_topic"], results, "{d}");
     assert!(
         d["reason"]

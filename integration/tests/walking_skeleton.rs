@@ -335,17 +335,7 @@ async fn a_malformed_trigger_goes_to_the_dlq_and_the_worker_goes_on() {
         .await
         .unwrap();
     wait_runs(api, job, "succeeded", 3).await;
-    let dlq = format!("{}.dlq", cluster.topic_prefix());
-    let records = wait_for(WAIT, "a DLQ record", || {
-        let (b, t) = (cluster.brokers(), dlq.clone());
-        async move {
-            let r = read_topic(&b, &t, Duration::from_secs(5)).await?;
-            Ok((!r.is_empty()).then_some(r))
-        }
-    })
-    .await
-    .unwrap();
-    let d = records[0].payload_json().unwrap();
+    let d = cluster.dlq_records(WAIT).await.unwrap().remove(0);
     assert_eq!(d["source_topic"], topic);
     assert_eq!(d["payload"], "{not json");
     assert!(!d["reason"].as_str().unwrap().is_empty());
@@ -402,17 +392,7 @@ async fn result_ingest_is_idempotent_and_refuses_garbage() {
     assert_eq!(again["worker_id"], run["worker_id"]);
     assert_eq!(again["finished_at"], run["finished_at"]);
 
-    let dlq = format!("{}.dlq", cluster.topic_prefix());
-    let records = wait_for(WAIT, "the garbage result on the DLQ", || {
-        let (b, t) = (cluster.brokers(), dlq.clone());
-        async move {
-            let r = read_topic(&b, &t, Duration::from_secs(5)).await?;
-            Ok((!r.is_empty()).then_some(r))
-        }
-    })
-    .await
-    .unwrap();
-    let d = records[0].payload_json().unwrap();
+    let d = cluster.dlq_records(WAIT).await.unwrap().remove(0);
     assert_eq!(d["source_topic"], results);
     assert!(
         d["reason"].as_str().unwrap().contains("not a result event"),
