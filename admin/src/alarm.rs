@@ -5,16 +5,23 @@
 //! hangs costs at most `timeout` per attempt, on this task only.
 //!
 //! Webhook: a JSON POST (see [`AlarmPayload`]) with header `Idempotency-Key: cadenza-alarm-<id>`
-//! (the same on every attempt); any 2xx is delivered. E-mail: a plain-text message through the
+//! (the same on every attempt); any 2xx is delivered. Only addresses the alarm address policy
+//! allows are reached (`CADENZA_ALARM_ALLOW` / `CADENZA_ALARM_DENY`, checked on the addresses the
+//! host resolves to at each attempt, see [`cadenza_worker::net_policy`]); redirects are not
+//! followed (a 3xx is a failed attempt) and no proxy is used. Neither the URL (it often carries a
+//! token) nor the receiver's answer body goes to `last_error` or the log: the host and the status
+//! do. E-mail: a plain-text message through the
 //! SMTP relay of `CADENZA_SMTP_URL`, from `CADENZA_ALARM_FROM`; without a relay, e-mail alarms
 //! are marked failed with that reason.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use cadenza_worker::net_policy::{self, AddressPolicy, NetList};
 use chrono::{DateTime, Utc};
 use lettre::message::{header::ContentType, Mailbox};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -33,11 +40,107 @@ pub struct AlarmConfig {
     pub backoff_ms: u64,
     /// SMTP relay for e-mail alarms: `smtp://host:25` (plain), `smtp://user:pass@host:587?tls=required`
     /// (STARTTLS) or `smtps://user:pass@host:465`.
-    #[arg(long, env = "CADENZA_SMTP_URL", hide_env_values = true)]
-    pub smtp_url: Option<String>,
+    #[arg(long, env = "CADENZA_SMTP_URL", hide_env_values = true, value_parser = crate::config::secret)]
+    pub smtp_url: Option<SecretString>,
     /// Sender address of e-mail alarms.
     #[arg(long, env = "CADENZA_ALARM_FROM", default_value = "cadenza@localhost")]
     pub alarm_from: String,
+    /// Addresses alarm webhooks may reach although they are denied by default (loopback,
+    /// link-local, unspecified, multicast, cloud metadata): IP addresses or CIDR blocks, comma
+    /// separated.
+    #[arg(long = "alarm-allow", env = "CADENZA_ALARM_ALLOW", value_name = "CIDR,…",
+          value_parser = alarm_allow)]
+    pub allow: Option<NetList>,
+    /// Addresses alarm webhooks must not reach, even if CADENZA_ALARM_ALLOW lists them: IP
+    /// addresses or CIDR blocks, comma separated.
+    #[arg(long = "alarm-deny", env = "CADENZA_ALARM_DENY", value_name = "CIDR,…",
+          value_parser = alarm_deny)]
+    pub deny: Option<NetList>,
+}
+
+/// Prefix of the settings of the webhook address policy.
+pub const ALARM_SETTINGS: &str = "CADENZA_ALARM";
+
+fn alarm_allow(s: &str) -> Result<NetList, String> {
+    net_policy::parse_list(s).map_err(|e| format!("CADENZA_ALARM_ALLOW: {e}"))
+}
+
+fn alarm_deny(s: &str) -> Result<NetList, String> {
+    net_policy::parse_list(s).map_err(|e| format!("CADENZA_ALARM_DENY: {e}"))
+}
+
+impl AlarmConfig {
+    /// The addresses webhooks may reach.
+    pub fn policy(&self) -> AddressPolicy {
+        AddressPolicy::new(
+            self.allow.clone().unwrap_or_default().0,
+            self.deny.clone().unwrap_or_default().0,
+            ALARM_SETTINGS,
+        )
+    }
+}
+
+/// Posts webhooks: to allowed addresses only, without redirects or proxies, and reports a
+/// failure without the URL or the receiver's body.
+pub struct WebhookClient {
+    http: reqwest::Client,
+    policy: AddressPolicy,
+    timeout_ms: u64,
+}
+
+impl WebhookClient {
+    pub fn new(config: &AlarmConfig) -> anyhow::Result<Self> {
+        let policy = config.policy();
+        let http = policy
+            .client_builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .user_agent(concat!("cadenza-admin/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Self {
+            http,
+            policy,
+            timeout_ms: config.timeout_ms,
+        })
+    }
+
+    /// POSTs `body` as JSON; `Err` is the reason, fit for `last_error` and the log.
+    pub async fn post(
+        &self,
+        url: &str,
+        idempotency_key: &str,
+        body: &impl Serialize,
+    ) -> Result<(), String> {
+        let url = reqwest::Url::parse(url).map_err(|e| format!("the webhook is not a URL: {e}"))?;
+        // A host that is an IP address is not resolved, so the resolver cannot check it.
+        self.policy.check_url(&url).map_err(|d| d.to_string())?;
+        let resp = self
+            .http
+            .post(url)
+            .header("Idempotency-Key", idempotency_key)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_timeout() {
+                    format!("no answer within {} ms", self.timeout_ms)
+                } else {
+                    net_policy::describe(&e)
+                }
+            })?;
+        let status = resp.status();
+        if status.is_success() {
+            Ok(())
+        } else if status.is_redirection() {
+            Err(format!(
+                "the receiver answered {status}; redirects are not followed, configure the \
+                 final URL"
+            ))
+        } else {
+            // The body is not kept: it is the receiver's, and may be anything.
+            Err(format!("the receiver answered {status}"))
+        }
+    }
 }
 
 /// Alarms claimed per round.
@@ -125,20 +228,17 @@ type Mailer = AsyncSmtpTransport<Tokio1Executor>;
 pub struct AlarmSender {
     pool: PgPool,
     config: AlarmConfig,
-    http: reqwest::Client,
+    webhooks: WebhookClient,
     mailer: Option<(Mailer, Mailbox)>,
 }
 
 impl AlarmSender {
     pub fn new(pool: PgPool, config: AlarmConfig) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .user_agent(concat!("cadenza-admin/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let webhooks = WebhookClient::new(&config)?;
         let mailer = match &config.smtp_url {
             None => None,
             Some(url) => {
-                let transport = Mailer::from_url(url)
+                let transport = Mailer::from_url(url.expose_secret())
                     .map_err(|e| anyhow::anyhow!("CADENZA_SMTP_URL is not a usable SMTP URL: {e}"))?
                     .timeout(Some(Duration::from_millis(config.timeout_ms)))
                     .build();
@@ -154,7 +254,7 @@ impl AlarmSender {
         Ok(Self {
             pool,
             config,
-            http,
+            webhooks,
             mailer,
         })
     }
@@ -188,16 +288,21 @@ impl AlarmSender {
             "email" => self.mail(a).await,
             other => Err(format!("unknown alarm channel {other:?}")),
         };
+        // A webhook URL often carries a token: the log shows its host only.
+        let target = match a.channel.as_str() {
+            "webhook" => net_policy::url_host(&a.target),
+            _ => a.target.clone(),
+        };
         let stored = match &outcome {
             Ok(()) => {
-                tracing::info!(alarm_id = a.id, trigger_id = a.trigger_id, target = %a.target, "alarm delivered");
+                tracing::info!(alarm_id = a.id, trigger_id = a.trigger_id, target = %target, "alarm delivered");
                 sqlx::query(sql!("alarms/sent"))
                     .bind(a.id)
                     .execute(&self.pool)
                     .await
             }
             Err(e) => {
-                tracing::warn!(alarm_id = a.id, trigger_id = a.trigger_id, target = %a.target, attempt = a.attempts, error = %e, "alarm not delivered");
+                tracing::warn!(alarm_id = a.id, trigger_id = a.trigger_id, target = %target, attempt = a.attempts, error = %e, "alarm not delivered");
                 sqlx::query(sql!("alarms/attempt_failed"))
                     .bind(a.id)
                     .bind(e)
@@ -214,26 +319,9 @@ impl AlarmSender {
     }
 
     async fn post(&self, a: &Claimed) -> Result<(), String> {
-        let resp = self
-            .http
-            .post(&a.target)
-            .header("Idempotency-Key", format!("cadenza-alarm-{}", a.id))
-            .json(&a.payload())
-            .send()
+        self.webhooks
+            .post(&a.target, &format!("cadenza-alarm-{}", a.id), &a.payload())
             .await
-            .map_err(|e| {
-                if e.is_timeout() {
-                    format!("no answer within {} ms", self.config.timeout_ms)
-                } else {
-                    format!("request failed: {e}")
-                }
-            })?;
-        let status = resp.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("the receiver answered {status}"))
-        }
     }
 
     async fn mail(&self, a: &Claimed) -> Result<(), String> {
@@ -306,5 +394,152 @@ impl AlarmSender {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        alarms: AlarmConfig,
+    }
+
+    fn config(args: &[&str]) -> AlarmConfig {
+        let mut argv = vec!["alarms", "--timeout-ms", "2000"];
+        argv.extend_from_slice(args);
+        Args::try_parse_from(argv).unwrap().alarms
+    }
+
+    /// Answers every connection on 127.0.0.1 with `response`; counts the connections.
+    async fn receiver(response: &'static str) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = sock.read(&mut buf).await;
+                let _ = sock.write_all(response.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            }
+        });
+        (port, count)
+    }
+
+    fn connections(c: &std::sync::atomic::AtomicUsize) -> usize {
+        c.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    const OK: &str = "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+    #[tokio::test]
+    async fn webhooks_to_loopback_link_local_and_names_resolving_there_are_refused_by_default() {
+        let (port, count) = receiver(OK).await;
+        let hooks = WebhookClient::new(&config(&[])).unwrap();
+        let e = hooks
+            .post(
+                &format!("http://127.0.0.1:{port}/hook?token=s3cret"),
+                "k",
+                &1,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "address 127.0.0.1, a loopback address (127.0.0.0/8), denied unless \
+             CADENZA_ALARM_ALLOW lists it"
+        );
+        let e = hooks
+            .post(&format!("http://localhost:{port}/hook"), "k", &1)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("localhost resolves to "), "{e}");
+        let e = hooks
+            .post("http://169.254.169.254/latest/meta-data/", "k", &1)
+            .await
+            .unwrap_err();
+        assert!(e.contains("a link-local address (169.254.0.0/16)"), "{e}");
+        assert_eq!(connections(&count), 0, "a denied address was connected to");
+    }
+
+    #[tokio::test]
+    async fn the_allow_list_opens_an_address_and_the_deny_list_closes_it_again() {
+        let (port, count) = receiver(OK).await;
+        let url = format!("http://127.0.0.1:{port}/hook");
+        let hooks = WebhookClient::new(&config(&["--alarm-allow", "127.0.0.1/32"])).unwrap();
+        hooks.post(&url, "k", &1).await.unwrap();
+        assert_eq!(connections(&count), 1);
+        let hooks = WebhookClient::new(&config(&[
+            "--alarm-allow",
+            "127.0.0.0/8,",
+            "--alarm-deny",
+            "127.0.0.1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            hooks.post(&url, "k", &1).await.unwrap_err(),
+            "address 127.0.0.1, which is denied by 127.0.0.1/32 in CADENZA_ALARM_DENY"
+        );
+        assert_eq!(connections(&count), 1);
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        let (port, count) = receiver(
+            "HTTP/1.1 302 Found\r\nlocation: http://169.254.169.254/latest/meta-data/\r\n\
+             content-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let hooks = WebhookClient::new(&config(&["--alarm-allow", "127.0.0.1"])).unwrap();
+        let e = hooks
+            .post(&format!("http://127.0.0.1:{port}/hook"), "k", &1)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "the receiver answered 302 Found; redirects are not followed, configure the final URL"
+        );
+        assert_eq!(connections(&count), 1);
+    }
+
+    #[tokio::test]
+    async fn errors_carry_neither_the_url_nor_the_receivers_body() {
+        let (port, _) = receiver(
+            "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 27\r\nconnection: close\r\n\r\n\
+             root:x:0:0:root:/root:/bin/",
+        )
+        .await;
+        let hooks = WebhookClient::new(&config(&["--alarm-allow", "127.0.0.1"])).unwrap();
+        let e = hooks
+            .post(&format!("http://127.0.0.1:{port}/hook/s3cret"), "k", &1)
+            .await
+            .unwrap_err();
+        assert_eq!(e, "the receiver answered 500 Internal Server Error");
+        // Nothing listens on port 1: the connection error must not quote the URL's token.
+        let e = hooks
+            .post("http://127.0.0.1:1/hook?token=s3cret", "k", &1)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("cannot connect"), "{e}");
+        assert!(!e.contains("s3cret") && !e.contains("/hook"), "{e}");
+    }
+
+    #[test]
+    fn bad_list_entries_name_the_setting() {
+        let e = Args::try_parse_from(["alarms", "--alarm-allow", "10.0.0.0/8,intranet"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("CADENZA_ALARM_ALLOW: \"intranet\" is not an IP address or CIDR block"),
+            "{e}"
+        );
     }
 }

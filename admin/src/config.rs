@@ -4,24 +4,26 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use secrecy::SecretString;
 
 /// `cadenza-admin`: schedules jobs from PostgreSQL onto Kafka and serves the HTTP API.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "cadenza-admin", version, about)]
 pub struct AdminConfig {
     /// PostgreSQL connection URL.
-    #[arg(long, env = "CADENZA_DATABASE_URL")]
-    pub database_url: String,
+    #[arg(long, env = "CADENZA_DATABASE_URL", hide_env_values = true, value_parser = secret)]
+    pub database_url: SecretString,
 
     /// Kafka bootstrap servers (comma-separated host:port).
     #[arg(long, env = "CADENZA_BROKERS", default_value = "127.0.0.1:9092")]
     pub brokers: String,
 
-    /// Bearer token required by the HTTP API. Without one the API is open (a warning is logged).
-    #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
+    /// Bearer token required by the HTTP API. Without one the API is open (a warning is logged),
+    /// which is allowed only when CADENZA_LISTEN is a loopback address.
+    #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true, value_parser = api_token)]
+    pub api_token: Option<SecretString>,
 
-    /// Address of the HTTP API.
+    /// Address of the HTTP API. Beyond loopback (127.0.0.1, ::1) it needs CADENZA_API_TOKEN.
     #[arg(long, env = "CADENZA_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
@@ -151,7 +153,42 @@ impl SchedulerArgs {
     }
 }
 
+/// Parses a secret setting (kept out of `Debug` output).
+pub fn secret(s: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(SecretString::from(s))
+}
+
+/// Parses `CADENZA_API_TOKEN`: an empty token would let any request that sends an empty one in.
+fn api_token(s: &str) -> Result<SecretString, String> {
+    if s.trim().is_empty() {
+        return Err(
+            "CADENZA_API_TOKEN is empty; set a token, or unset it to run without one on \
+                    a loopback address"
+                .to_owned(),
+        );
+    }
+    Ok(SecretString::from(s))
+}
+
+/// Refuses an HTTP API that anyone who can reach it could use: without a token the admin only
+/// listens on a loopback address. The message names both settings.
+pub fn check_api_exposure(listen: SocketAddr, has_token: bool) -> Result<(), String> {
+    if has_token || listen.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "CADENZA_LISTEN is {listen}, which is not a loopback address, and CADENZA_API_TOKEN is \
+         not set: anyone who can reach the admin could use its API. Set CADENZA_API_TOKEN, or \
+         listen on 127.0.0.1"
+    ))
+}
+
 impl AdminConfig {
+    /// See [`check_api_exposure`].
+    pub fn check_api_exposure(&self) -> Result<(), String> {
+        check_api_exposure(self.listen, self.api_token.is_some())
+    }
+
     pub fn admin_id(&self) -> String {
         self.admin_id.clone().unwrap_or_else(|| {
             let host = std::env::var("HOSTNAME")
@@ -163,5 +200,65 @@ impl AdminConfig {
             let rand: u16 = rand::random();
             format!("{host}-{}-{rand:04x}", std::process::id())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_without_token_listens_on_loopback_only() {
+        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(check_api_exposure(addr("127.0.0.1:8080"), false).is_ok());
+        assert!(check_api_exposure(addr("127.0.0.2:8080"), false).is_ok());
+        assert!(check_api_exposure(addr("[::1]:8080"), false).is_ok());
+        for open in [
+            "0.0.0.0:8080",
+            "[::]:8080",
+            "10.0.0.5:8080",
+            "[::ffff:127.0.0.1]:80",
+        ] {
+            let e = check_api_exposure(addr(open), false).unwrap_err();
+            assert!(
+                e.contains("CADENZA_LISTEN") && e.contains("CADENZA_API_TOKEN"),
+                "{e}"
+            );
+            assert!(check_api_exposure(addr(open), true).is_ok());
+        }
+    }
+
+    #[test]
+    fn an_empty_api_token_is_refused() {
+        let e = AdminConfig::try_parse_from([
+            "cadenza-admin",
+            "--database-url",
+            "postgres://db/cadenza",
+            "--api-token",
+            " ",
+        ])
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(e.contains("CADENZA_API_TOKEN is empty"), "{e}");
+    }
+
+    #[test]
+    fn debug_output_hides_every_secret() {
+        let config = AdminConfig::try_parse_from([
+            "cadenza-admin",
+            "--database-url",
+            "postgres://cadenza:db-hunter2@db.internal/cadenza",
+            "--api-token",
+            "token-hunter2",
+            "--smtp-url",
+            "smtp://alarms:smtp-hunter2@mail.internal:587",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("REDACTED"), "{shown}");
     }
 }

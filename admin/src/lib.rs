@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_schemas::Topics;
+use secrecy::ExposeSecret;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -74,11 +75,15 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         .scheduler
         .validate()
         .map_err(|m| anyhow::anyhow!("invalid configuration: {m}"))?;
+    // Before anything listens.
+    config
+        .check_api_exposure()
+        .map_err(|m| anyhow::anyhow!("refusing to start: {m}"))?;
     let admin_id = config.admin_id();
     // As long as the lease margin: a paused admin's open transaction cannot hold its shards'
     // rows past the time its lease has run out.
     let pool = db::pool(
-        &config.database_url,
+        config.database_url.expose_secret(),
         config.scheduler.lease_margin_ms.max(500),
     )?;
 

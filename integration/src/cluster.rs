@@ -205,7 +205,7 @@ impl Cluster {
     }
 
     /// Starts `cadenza-admin` on a free port with the cluster's settings (`RUST_LOG=info`,
-    /// overridable by `extra_env`) and waits until `GET /healthz` answers 200 (30 s). On a
+    /// `CADENZA_ALARM_ALLOW=127.0.0.1/32`, overridable by `extra_env`) and waits until `GET /healthz` answers 200 (30 s). On a
     /// timeout or an early exit the error carries the log tail.
     pub async fn spawn_admin(&self, extra_env: &[(&str, &str)]) -> Result<AdminHandle> {
         let n = self.next_admin.fetch_add(1, Ordering::Relaxed);
@@ -218,6 +218,8 @@ impl Cluster {
             .env("CADENZA_API_TOKEN", &self.token)
             .env("CADENZA_LISTEN", &listen)
             .env("CADENZA_TOPIC_PREFIX", &self.topic_prefix)
+            // Test receivers listen on loopback, which alarm webhooks may not reach by default.
+            .env("CADENZA_ALARM_ALLOW", "127.0.0.1/32")
             .env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "1")
             .env("NO_COLOR", "1");
@@ -266,7 +268,8 @@ impl Cluster {
     }
 
     /// Starts `cadenza-worker --serve <serve>` in consumer group `group` with a unique
-    /// `CADENZA_WORKER_ID` (its [`ProcessHandle::id`]). Returns at once: wait for an
+    /// `CADENZA_WORKER_ID` (its [`ProcessHandle::id`]) and `CADENZA_HTTP_ALLOW=127.0.0.1/32`
+    /// (overridable by `extra_env`). Returns at once: wait for an
     /// observable effect (the admin's `/api/workers`, or [`ProcessHandle::wait_for_log`]).
     pub async fn spawn_worker(
         &self,
@@ -284,6 +287,8 @@ impl Cluster {
             .env("CADENZA_GROUP", group)
             .env("CADENZA_TOPIC_PREFIX", &self.topic_prefix)
             .env("CADENZA_WORKER_ID", &id)
+            // Test servers listen on loopback, which the `http` builtin may not reach by default.
+            .env("CADENZA_HTTP_ALLOW", "127.0.0.1/32")
             .env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "1")
             .env("NO_COLOR", "1");

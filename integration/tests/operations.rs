@@ -877,3 +877,69 @@ async fn only_a_fix_delay_jobs_own_runs_and_their_retries_schedule_its_next_fire
     let (_, job) = api.get_json(&format!("/api/jobs/{waits}")).await.unwrap();
     assert_eq!(job["next_fire_at"], Value::Null, "{job}");
 }
+
+#[tokio::test]
+async fn outbound_requests_to_loopback_are_refused_unless_allowed() {
+    let receiver = Receiver::start().await.unwrap();
+    // The harness allows loopback; this admin keeps the default policy.
+    let alarm_env = [("CADENZA_ALARM_ALLOW", ""), ("CADENZA_ALARM_ATTEMPTS", "1")];
+    let (cluster, admin, _open) = start(&alarm_env, "ops.call=http", "open").await;
+    let _closed = cluster
+        .spawn_worker("ops.locked=http", "closed", &[("CADENZA_HTTP_ALLOW", "")])
+        .await
+        .unwrap();
+    let api = &admin.api();
+
+    // A worker whose CADENZA_HTTP_ALLOW lists 127.0.0.1 reaches the receiver.
+    let call = api
+        .create_job(
+            &json!({"name": "call", "job_type": "ops.call", "schedule": {"kind": "none"},
+            "params": json!({"url": receiver.url("/called")}).to_string()}),
+        )
+        .await
+        .unwrap();
+    let id = api.trigger_now(call).await.unwrap();
+    api.wait_run_status(id, "succeeded", WAIT).await.unwrap();
+    assert_eq!(receiver.received().len(), 1);
+    assert_eq!(receiver.received()[0].path, "/called");
+
+    // One with the default policy does not, and says why; the alarm of that failure is not
+    // posted to loopback either, and no log shows the webhook's token.
+    let locked = api
+        .create_job(
+            &json!({"name": "locked", "job_type": "ops.locked", "schedule": {"kind": "none"},
+            "params": json!({"url": receiver.url("/admin")}).to_string(),
+            "alarm_webhook": receiver.url("/hook?token=s3cret")}),
+        )
+        .await
+        .unwrap();
+    let id = api.trigger_now(locked).await.unwrap();
+    let run = api.wait_run_status(id, "failed", WAIT).await.unwrap();
+    assert_eq!(
+        run["message"],
+        "http: address 127.0.0.1, a loopback address (127.0.0.0/8), denied unless \
+         CADENZA_HTTP_ALLOW lists it",
+        "{run}"
+    );
+    let alarm = wait_for(WAIT, "the alarm to be given up", || async move {
+        let (_, a) = api
+            .get_json(&format!("/api/alarms?trigger_id={id}"))
+            .await?;
+        Ok(a["alarms"]
+            .as_array()
+            .and_then(|a| a.first().cloned())
+            .filter(|a| a["status"] == "failed"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        alarm["last_error"],
+        "address 127.0.0.1, a loopback address (127.0.0.0/8), denied unless \
+         CADENZA_ALARM_ALLOW lists it",
+        "{alarm}"
+    );
+    assert_eq!(receiver.received().len(), 1, "{:#?}", receiver.received());
+    let log = admin.log();
+    assert!(log.contains("alarm not delivered"), "{log}");
+    assert!(!log.contains("s3cret"), "{log}");
+}

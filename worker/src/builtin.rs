@@ -7,6 +7,10 @@
 //! | `fail` | message | fails with the params as message |
 //! | `shell` | a command line for `sh -c` | exit code 0 succeeds; output is the run log |
 //! | `http` | JSON `{"url", "method"?, "body"?, "headers"?}` | a 2xx status succeeds |
+//!
+//! `http` reaches only the addresses its [`AddressPolicy`] allows (by default not loopback,
+//! link-local, unspecified, multicast or cloud metadata addresses; see [`net_policy`]), checks
+//! every redirect the same way, and keeps at most [`MAX_HTTP_BODY`] bytes of the answer.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,6 +25,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::handler::{Handler, Outcome, RunContext, RunLog};
+use crate::net_policy::{self, AddressPolicy};
 
 /// The built-in handlers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,16 +64,34 @@ impl Builtin {
     }
 
     /// A handler running this builtin.
-    pub fn handler(self) -> Result<Arc<dyn Handler>, BuiltinError> {
+    pub fn handler(self, options: &BuiltinOptions) -> Result<Arc<dyn Handler>, BuiltinError> {
         Ok(match self {
             Builtin::Noop => Arc::new(Noop),
             Builtin::Sleep => Arc::new(Sleep),
             Builtin::Fail => Arc::new(Fail),
             Builtin::Shell => Arc::new(Shell),
-            Builtin::Http => Arc::new(Http::new()?),
+            Builtin::Http => Arc::new(Http::with_policy(options.http_policy.clone())?),
         })
     }
 }
+
+/// Settings of the builtins.
+#[derive(Debug, Clone)]
+pub struct BuiltinOptions {
+    /// The addresses `http` may reach (`CADENZA_HTTP_ALLOW`, `CADENZA_HTTP_DENY`).
+    pub http_policy: AddressPolicy,
+}
+
+impl Default for BuiltinOptions {
+    fn default() -> Self {
+        Self {
+            http_policy: AddressPolicy::default_for(HTTP_SETTINGS),
+        }
+    }
+}
+
+/// Prefix of the settings of the `http` builtin's address policy.
+pub const HTTP_SETTINGS: &str = "CADENZA_HTTP";
 
 impl fmt::Display for Builtin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -375,15 +398,20 @@ fn signal_message(s: &std::process::ExitStatus) -> String {
     format!("ended abnormally: {s}")
 }
 
-/// Most of a response body kept in the run log.
-const MAX_HTTP_BODY: usize = 16 * 1024;
+/// Most of a response body kept in the run log: an excerpt for diagnosis, not a way to read
+/// documents through the worker.
+pub const MAX_HTTP_BODY: usize = 4 * 1024;
+/// Redirects `http` follows, each checked against its address policy.
+const MAX_REDIRECTS: usize = 10;
 
 /// `http`: params are JSON `{"url": "...", "method": "GET", "body": ..., "headers": {...}}`
 /// (`method` defaults to GET; a string `body` is sent as is, any other JSON value as JSON). A 2xx
-/// status succeeds; the status and the start of the body go to the run log.
+/// status succeeds; the status and the start of the body go to the run log. Only addresses its
+/// [`AddressPolicy`] allows are reached, redirects included.
 #[derive(Debug, Clone)]
 pub struct Http {
     client: reqwest::Client,
+    policy: AddressPolicy,
 }
 
 #[derive(Debug, Deserialize)]
@@ -399,30 +427,49 @@ struct HttpParams {
 }
 
 impl Http {
-    /// A handler with its own connection pool.
+    /// A handler with its own connection pool and the default address policy.
     pub fn new() -> Result<Self, reqwest::Error> {
-        let client = reqwest::Client::builder()
+        Self::with_policy(AddressPolicy::default_for(HTTP_SETTINGS))
+    }
+
+    /// A handler that reaches only the addresses `policy` allows.
+    pub fn with_policy(policy: AddressPolicy) -> Result<Self, reqwest::Error> {
+        let client = policy
+            .client_builder()
+            .redirect(policy.redirect_policy(MAX_REDIRECTS))
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("cadenza-worker/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        Ok(Self { client })
+        Ok(Self { client, policy })
     }
 }
 
 impl Handler for Http {
     fn call(&self, ctx: RunContext) -> BoxFuture<'static, Outcome> {
         let client = self.client.clone();
+        let policy = self.policy.clone();
         Box::pin(async move {
             let cancel = ctx.cancel.clone();
             tokio::select! {
-                outcome = run_http(&client, &ctx) => outcome,
+                outcome = run_http(&client, &policy, &ctx) => outcome,
                 _ = cancel.cancelled() => Outcome::failure("http: the run was cancelled"),
             }
         })
     }
 }
 
-async fn run_http(client: &reqwest::Client, ctx: &RunContext) -> Outcome {
+/// The URL as shown in the run log: without credentials, query or fragment (they may carry
+/// tokens).
+fn shown_url(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.set_query(None);
+    u.set_fragment(None);
+    u.to_string()
+}
+
+async fn run_http(client: &reqwest::Client, policy: &AddressPolicy, ctx: &RunContext) -> Outcome {
     let params: HttpParams = match serde_json::from_str(&ctx.params) {
         Ok(p) => p,
         Err(e) => {
@@ -440,7 +487,23 @@ async fn run_http(client: &reqwest::Client, ctx: &RunContext) -> Outcome {
         Ok(m) => m,
         Err(_) => return Outcome::failure(format!("http: bad method {method_name:?}")),
     };
-    let mut req = client.request(method, &params.url);
+    let url = match reqwest::Url::parse(&params.url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => u,
+        Ok(u) => {
+            return Outcome::failure(format!(
+                "http: url must be http:// or https://, not {}:",
+                u.scheme()
+            ))
+        }
+        Err(e) => return Outcome::failure(format!("http: url is not a URL: {e}")),
+    };
+    let shown = shown_url(&url);
+    // A host that is an IP address is not resolved, so the resolver cannot check it.
+    if let Err(denied) = policy.check_url(&url) {
+        ctx.log(format!("{method_name} {shown} refused: {denied}"));
+        return Outcome::failure(format!("http: {denied}"));
+    }
+    let mut req = client.request(method, url);
     for (k, v) in &params.headers {
         req = req.header(k, v);
     }
@@ -452,11 +515,13 @@ async fn run_http(client: &reqwest::Client, ctx: &RunContext) -> Outcome {
     let mut resp = match req.send().await {
         Ok(r) => r,
         Err(e) => {
-            return Outcome::failure(format!("http: {method_name} {} failed: {e}", params.url))
+            let why = net_policy::describe(&e);
+            ctx.log(format!("{method_name} {shown} failed: {why}"));
+            return Outcome::failure(format!("http: {method_name} {shown} failed: {why}"));
         }
     };
     let status = resp.status();
-    ctx.log(format!("{method_name} {} -> {status}", params.url));
+    ctx.log(format!("{method_name} {shown} -> {status}"));
     let mut body: Vec<u8> = Vec::new();
     let mut truncated = false;
     loop {
@@ -471,7 +536,10 @@ async fn run_http(client: &reqwest::Client, ctx: &RunContext) -> Outcome {
             }
             Ok(None) => break,
             Err(e) => {
-                ctx.log(format!("http: reading the body failed: {e}"));
+                ctx.log(format!(
+                    "http: reading the body failed: {}",
+                    net_policy::describe(&e)
+                ));
                 break;
             }
         }
@@ -706,6 +774,15 @@ mod tests {
         (url, task)
     }
 
+    /// An `http` handler that may reach this machine's loopback addresses (the test servers).
+    fn http_allowing_loopback() -> Http {
+        let allow = vec![
+            net_policy::parse_net("127.0.0.0/8").unwrap(),
+            net_policy::parse_net("::1").unwrap(),
+        ];
+        Http::with_policy(AddressPolicy::new(allow, Vec::new(), HTTP_SETTINGS)).unwrap()
+    }
+
     #[tokio::test]
     async fn http_succeeds_on_2xx_and_logs_status_and_body() {
         let (url, server) = one_shot_server(
@@ -715,7 +792,7 @@ mod tests {
         let params =
             serde_json::json!({"url": url, "method": "post", "body": {"a": 1}}).to_string();
         let (c, log, _) = ctx(&params);
-        let http = Http::new().unwrap();
+        let http = http_allowing_loopback();
         assert_eq!(
             http.call(c).await,
             Outcome::Success(Some("HTTP 201 Created".into()))
@@ -735,7 +812,7 @@ mod tests {
             "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
         )
         .await;
-        let http = Http::new().unwrap();
+        let http = http_allowing_loopback();
         let params = serde_json::json!({ "url": url }).to_string();
         assert_eq!(
             http.call(ctx(&params).0).await,
@@ -746,5 +823,111 @@ mod tests {
             panic!("bad params must fail");
         };
         assert!(m.starts_with("http: params must be JSON"), "{m}");
+        let params = serde_json::json!({ "url": "file:///etc/passwd" }).to_string();
+        assert_eq!(
+            http.call(ctx(&params).0).await,
+            Outcome::failure("http: url must be http:// or https://, not file:")
+        );
+    }
+
+    /// Counts the connections made to a listener on 127.0.0.1 (answering nothing).
+    async fn counting_listener() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(sock);
+            }
+        });
+        (port, count)
+    }
+
+    #[tokio::test]
+    async fn http_refuses_loopback_and_metadata_addresses_by_default() {
+        let (port, connections) = counting_listener().await;
+        let http = Http::new().unwrap();
+        for (url, want) in [
+            (
+                format!("http://127.0.0.1:{port}/admin?token=s3cret"),
+                "http: address 127.0.0.1, a loopback address (127.0.0.0/8), denied unless \
+                 CADENZA_HTTP_ALLOW lists it"
+                    .to_owned(),
+            ),
+            (
+                format!("http://localhost:{port}/admin"),
+                format!(
+                    "http: GET http://localhost:{port}/admin failed: localhost resolves to 127.0.0.1, \
+                     a loopback address (127.0.0.0/8), denied unless CADENZA_HTTP_ALLOW lists it"
+                ),
+            ),
+            (
+                "http://169.254.169.254/latest/meta-data/".to_owned(),
+                "http: address 169.254.169.254, a link-local address (169.254.0.0/16), denied \
+                 unless CADENZA_HTTP_ALLOW lists it"
+                    .to_owned(),
+            ),
+        ] {
+            let params = serde_json::json!({ "url": url }).to_string();
+            let (c, log, _) = ctx(&params);
+            let Outcome::Failure(m) = http.call(c).await else {
+                panic!("{url} must be refused");
+            };
+            // `localhost` may resolve to ::1 first.
+            let m = m.replace("::1, a loopback address (::1/128)", "127.0.0.1, a loopback address (127.0.0.0/8)");
+            assert_eq!(m, want);
+            assert!(!log.contents().unwrap_or_default().contains("s3cret"));
+        }
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn http_checks_every_redirect() {
+        let (url, server) = one_shot_server(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://169.254.169.254/latest/meta-data/\r\n\
+             content-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        let params = serde_json::json!({ "url": url }).to_string();
+        let Outcome::Failure(m) = http_allowing_loopback().call(ctx(&params).0).await else {
+            panic!("a redirect to a metadata address must fail");
+        };
+        server.await.unwrap();
+        assert_eq!(
+            m,
+            format!(
+                "http: GET {url} failed: redirect refused: address 169.254.169.254, a link-local \
+                 address (169.254.0.0/16), denied unless CADENZA_HTTP_ALLOW lists it"
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn http_keeps_only_an_excerpt_of_the_body() {
+        let big = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: 10000\r\nconnection: close\r\n\r\n{}",
+            "x".repeat(10_000)
+        );
+        let (url, server) = one_shot_server(Box::leak(big.into_boxed_str())).await;
+        let params = serde_json::json!({ "url": url }).to_string();
+        let mut t = crate::testing::trigger(0);
+        t.params = params;
+        let log = RunLog::new(64 * 1024);
+        let c = RunContext::new(&t, CancellationToken::new(), log.clone());
+        assert!(matches!(
+            http_allowing_loopback().call(c).await,
+            Outcome::Success(_)
+        ));
+        server.await.unwrap();
+        let log = log.contents().unwrap();
+        assert_eq!(
+            log.matches('x').count(),
+            MAX_HTTP_BODY,
+            "{} bytes of log",
+            log.len()
+        );
+        assert!(log.ends_with("[body truncated at 4096 bytes]"), "{log}");
     }
 }

@@ -72,7 +72,33 @@ pub struct WorkerConfig {
     /// first worker of a deployment does). Default 1; use the cluster's usual factor (e.g. 3).
     pub replication_factor: i32,
     /// Extra librdkafka properties applied to both clients after the defaults (e.g. SASL/TLS).
-    pub kafka_overrides: Vec<(String, String)>,
+    pub kafka_overrides: KafkaOverrides,
+}
+
+/// Extra librdkafka properties, in the order they are applied. Their values often are secrets
+/// (`sasl.password`, `ssl.key.password`), so `Debug` shows the keys only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct KafkaOverrides(pub Vec<(String, String)>);
+
+impl std::ops::Deref for KafkaOverrides {
+    type Target = Vec<(String, String)>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KafkaOverrides {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl std::fmt::Debug for KafkaOverrides {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, _)| (k, format_args!("<redacted>"))))
+            .finish()
+    }
 }
 
 impl Default for WorkerConfig {
@@ -94,7 +120,7 @@ impl Default for WorkerConfig {
             message_timeout: Duration::from_secs(30),
             run_log_limit: DEFAULT_RUN_LOG_LIMIT,
             replication_factor: 1,
-            kafka_overrides: Vec::new(),
+            kafka_overrides: KafkaOverrides::default(),
         }
     }
 }
@@ -130,7 +156,7 @@ fn base(config: &WorkerConfig) -> ClientConfig {
 }
 
 fn apply_overrides(c: &mut ClientConfig, config: &WorkerConfig) {
-    for (k, v) in &config.kafka_overrides {
+    for (k, v) in config.kafka_overrides.iter() {
         c.set(k, v);
     }
 }
@@ -251,6 +277,21 @@ mod tests {
         assert_eq!(p.get("enable.idempotence"), Some("true"));
         assert_eq!(p.get("acks"), Some("all"));
         assert_eq!(p.get("group.id"), None);
+    }
+
+    #[test]
+    fn debug_output_hides_kafka_option_values() {
+        let mut config = WorkerConfig::default();
+        config
+            .kafka_overrides
+            .push(("sasl.password".into(), "hunter2".into()));
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("\"sasl.password\": <redacted>"), "{shown}");
+        assert_eq!(
+            consumer_client_config(&config).get("sasl.password"),
+            Some("hunter2")
+        );
     }
 
     #[test]

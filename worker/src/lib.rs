@@ -54,14 +54,15 @@ mod dlq;
 mod handler;
 mod heartbeat;
 mod lane;
+pub mod net_policy;
 mod offsets;
 mod producer;
 mod results;
 mod run;
 
 pub use config::{
-    default_worker_id, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY, DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_RUN_LOG_LIMIT,
+    default_worker_id, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY,
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_RUN_LOG_LIMIT,
 };
 pub use futures::future::BoxFuture;
 pub use handler::{handler_fn, FnHandler, Handler, Outcome, RunContext, RunLog};

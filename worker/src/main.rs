@@ -10,7 +10,8 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cadenza_worker::builtin::ServeSpec;
+use cadenza_worker::builtin::{BuiltinOptions, ServeSpec, HTTP_SETTINGS};
+use cadenza_worker::net_policy::{self, AddressPolicy, NetList};
 use cadenza_worker::{CancellationToken, Worker, DEFAULT_BROKERS, DEFAULT_GROUP};
 use clap::{CommandFactory, Parser};
 use tracing_subscriber::EnvFilter;
@@ -61,6 +62,15 @@ struct Cli {
     #[arg(long, env = "CADENZA_MAX_IN_FLIGHT", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_in_flight: u64,
+    /// Addresses the `http` builtin may reach although they are denied by default (loopback,
+    /// link-local, unspecified, multicast, cloud metadata): IP addresses or CIDR blocks, comma
+    /// separated.
+    #[arg(long, env = "CADENZA_HTTP_ALLOW", value_name = "CIDR,…", value_parser = http_allow)]
+    http_allow: Option<NetList>,
+    /// Addresses the `http` builtin must not reach, even if CADENZA_HTTP_ALLOW lists them: IP
+    /// addresses or CIDR blocks, comma separated.
+    #[arg(long, env = "CADENZA_HTTP_DENY", value_name = "CIDR,…", value_parser = http_deny)]
+    http_deny: Option<NetList>,
     /// JOB_TYPE=BUILTIN to serve (repeatable, or comma separated). Builtins: noop, sleep, fail,
     /// shell, http.
     #[arg(
@@ -71,6 +81,14 @@ struct Cli {
         required = true
     )]
     serve: Vec<ServeSpec>,
+}
+
+fn http_allow(s: &str) -> Result<NetList, String> {
+    net_policy::parse_list(s).map_err(|e| format!("CADENZA_HTTP_ALLOW: {e}"))
+}
+
+fn http_deny(s: &str) -> Result<NetList, String> {
+    net_policy::parse_list(s).map_err(|e| format!("CADENZA_HTTP_DENY: {e}"))
 }
 
 fn init_tracing() {
@@ -144,10 +162,17 @@ async fn main() -> anyhow::Result<()> {
     if let Some(id) = cli.worker_id {
         builder = builder.worker_id(id);
     }
+    let options = BuiltinOptions {
+        http_policy: AddressPolicy::new(
+            cli.http_allow.unwrap_or_default().0,
+            cli.http_deny.unwrap_or_default().0,
+            HTTP_SETTINGS,
+        ),
+    };
     for spec in &cli.serve {
         let handler = spec
             .builtin
-            .handler()
+            .handler(&options)
             .with_context(|| format!("setting up {spec}"))?;
         builder = builder.handler(spec.job_type.as_str(), handler);
     }

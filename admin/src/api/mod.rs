@@ -17,6 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
 pub use error::{parse_body, ApiError, ApiResult};
@@ -28,7 +29,7 @@ pub struct AppState {
     pub pool: PgPool,
     pub kafka: Arc<KafkaClients>,
     pub shard_count: u32,
-    pub api_token: Option<String>,
+    pub api_token: Option<SecretString>,
     /// Live workers, from their heartbeats.
     pub registry: Arc<crate::route::registry::Registry>,
 }
@@ -41,7 +42,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn auth(State(state): Shared, req: Request, next: Next) -> Response {
-    let Some(token) = state.api_token.as_deref() else {
+    let Some(token) = state.api_token.as_ref().map(|t| t.expose_secret()) else {
         return next.run(req).await;
     };
     let given = req

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -38,7 +39,7 @@ impl CliError {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub url: Option<String>,
-    pub token: Option<String>,
+    pub token: Option<SecretString>,
 }
 
 /// The default config file: `$XDG_CONFIG_HOME/cadenza/config.toml` or
@@ -66,12 +67,12 @@ pub fn read_config(path: &Path, named: bool) -> Result<FileConfig, CliError> {
 
 pub struct Client {
     base: String,
-    token: Option<String>,
+    token: Option<SecretString>,
     http: reqwest::Client,
 }
 
 impl Client {
-    pub fn new(base: &str, token: Option<String>) -> Result<Client, CliError> {
+    pub fn new(base: &str, token: Option<SecretString>) -> Result<Client, CliError> {
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(CliError::Usage(format!(
@@ -95,7 +96,7 @@ impl Client {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
         if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
+            req = req.bearer_auth(t.expose_secret());
         }
         if let Some(b) = body {
             req = req.json(b);

@@ -14,6 +14,7 @@ use cadenza_schemas::RunStatus;
 use clap::{Args, Parser, Subcommand};
 use comfy_table::{presets::NOTHING, Table};
 use reqwest::Method;
+use secrecy::SecretString;
 use serde_json::{json, Map, Value};
 
 pub use client::{CliError, Client};
@@ -29,8 +30,9 @@ pub struct Cli {
     #[arg(long, env = "CADENZA_URL", global = true)]
     url: Option<String>,
     /// API token (CADENZA_API_TOKEN of the admin).
-    #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true, global = true)]
-    token: Option<String>,
+    #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true, global = true,
+          value_parser = crate::config::secret)]
+    token: Option<SecretString>,
     /// Config file with `url` and `token` (default ~/.config/cadenza/config.toml).
     #[arg(long, env = "CADENZA_CONFIG", global = true)]
     config: Option<PathBuf>,
