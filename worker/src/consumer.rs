@@ -85,6 +85,40 @@ pub(crate) struct Progress {
     pub(crate) signal: Arc<ProgressSignal>,
     /// Refused commits repeat every round while they last: logged once a minute per reason.
     refusals: Throttle,
+    /// Test hook, inert unless `CADENZA_TEST_STOP_BEFORE_POINTER` is set (see [`StopHook`]).
+    stop_hook: Option<StopHook>,
+}
+
+/// Test hook: freezes the worker process (SIGSTOP to itself) once, in the commit round that
+/// follows the creation of a file, between the group's first offset commit and the pointer
+/// commit, so that an end-to-end test can stall a worker exactly there (as a long pause of the
+/// process would) and resume it with SIGCONT. Armed only when the environment variable
+/// `CADENZA_TEST_STOP_BEFORE_POINTER` names that file; never set it in production.
+struct StopHook {
+    armed_by: std::path::PathBuf,
+}
+
+impl StopHook {
+    const ENV: &'static str = "CADENZA_TEST_STOP_BEFORE_POINTER";
+
+    fn from_env() -> Option<Self> {
+        std::env::var_os(Self::ENV)
+            .filter(|v| !v.is_empty())
+            .map(|v| Self { armed_by: v.into() })
+    }
+
+    /// Stops the process if the file exists (removing it first). Returns whether it did.
+    fn maybe_stop(&self) -> bool {
+        if std::fs::remove_file(&self.armed_by).is_err() {
+            return false;
+        }
+        tracing::warn!("test hook: stopping before the pointer commit");
+        #[cfg(unix)]
+        if let Err(error) = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP) {
+            tracing::warn!(%error, "test hook: cannot stop");
+        }
+        true
+    }
 }
 
 fn key(group: &str, tp: &TopicPartition) -> String {
@@ -109,6 +143,7 @@ impl Progress {
             serial: Mutex::new(()),
             signal,
             refusals: Throttle::new(Duration::from_secs(60)),
+            stop_hook: StopHook::from_env(),
         })
     }
 
@@ -177,10 +212,18 @@ impl Progress {
         if failed(
             main.commit(&positions, CommitMode::Sync),
             "the consumer group refused the offset commit (it may have moved these partitions to another member): the progress record is not in force",
-        ) || failed(
-            self.pointers.commit(&pointers, CommitMode::Sync),
-            "committing progress pointers failed",
-        ) || failed(
+        ) {
+            return false;
+        }
+        let stopped = self.stop_hook.as_ref().is_some_and(StopHook::maybe_stop);
+        let pointed = self.pointers.commit(&pointers, CommitMode::Sync);
+        if stopped {
+            tracing::warn!(
+                ok = pointed.is_ok(),
+                "test hook: pointer commit after the stop"
+            );
+        }
+        if failed(pointed, "committing progress pointers failed") || failed(
             main.commit(&positions, CommitMode::Sync),
             "the consumer group refused the offset commit after the progress record was written: the record is not in force",
         ) {
