@@ -10,6 +10,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("heartbeat.json", schema_for!(crate::Heartbeat)),
         ("dlq_message.json", schema_for!(crate::DlqMessage)),
         ("progress_record.json", schema_for!(crate::ProgressRecord)),
+        ("progress_claim.json", schema_for!(crate::ProgressClaim)),
         ("schedule.json", schema_for!(crate::Schedule)),
         ("run_status.json", schema_for!(crate::RunStatus)),
         ("trigger_kind.json", schema_for!(crate::TriggerKind)),

@@ -156,7 +156,8 @@ fn is_false(b: &bool) -> bool {
 /// offset — runs finished above it (not to run again), runs started and unfinished (to run again
 /// with `attempt + 1`), and runs whose result was being reported (to report again, not rerun).
 /// The group's committed offset for the partition in the auxiliary group `<group>~progress`
-/// points at the latest record.
+/// points at a record at or before the one in force: of the partition's records from there on,
+/// the one with the highest `term`, and the latest of that term, is in force.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ProgressRecord {
     pub group: String,
@@ -173,6 +174,22 @@ pub struct ProgressRecord {
     /// Offsets whose `finished` event was being published.
     #[serde(default)]
     pub reporting: Vec<ReportingOffset>,
+    pub worker_id: WorkerId,
+    pub written_at: DateTime<Utc>,
+    /// The writer's term for the partition: the offset on `<prefix>.progress` of the
+    /// [`ProgressClaim`] it wrote when the partition was assigned to it. A later owner's term is
+    /// higher. Absent from records of earlier versions, which rank below any term.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<i64>,
+}
+
+/// A claim on `<prefix>.progress` (key = `<group>/claim`, header `cadenza-record: claim`),
+/// written by a worker when partitions are assigned to it: its offset is the worker's term for
+/// those partitions (see [`ProgressRecord::term`]), and the worker reads their progress records
+/// back up to it. Nothing else reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ProgressClaim {
+    pub group: String,
     pub worker_id: WorkerId,
     pub written_at: DateTime<Utc>,
 }

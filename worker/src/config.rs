@@ -207,6 +207,8 @@ pub fn progress_client_config(config: &WorkerConfig) -> ClientConfig {
     c.set("group.id", format!("{}~progress", config.group))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
+        // A pointer below what the log still holds (retention) reads on from its start.
+        .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "10")
         .set("allow.auto.create.topics", "false");
     apply_overrides(&mut c, config);

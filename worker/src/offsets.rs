@@ -15,7 +15,12 @@
 //! This is the commit metadata of Confluent's parallel consumer. Kafka brokers keep a commit's
 //! metadata string, but not every Kafka-protocol broker does, so the worker writes the record to
 //! `<prefix>.progress` and commits its offset there, in the auxiliary group `<group>~progress`,
-//! under the trigger partition (see `consumer::Progress`).
+//! under the trigger partition (see `consumer::Progress`). That pointer commit is not fenced by
+//! the group's generation, so it is only where a new owner starts reading: each record carries
+//! its owner's *term* (the offset of the claim the owner wrote when the partition was assigned to
+//! it), and of the records from the pointer on, the one with the highest term, and the latest of
+//! that term, is in force ([`supersedes`]). A partition's record is written once after each
+//! assignment and again at least every [`REFRESH`], so pointers stay recent.
 //!
 //! A run publishes `started` only once its `started` mark is durable, and `finished` only once
 //! its `reporting` mark is durable; so whatever moment a worker dies at, the next owner knows
@@ -25,10 +30,16 @@
 //! The tracker is a plain struct without I/O; the consumer wraps it in a mutex.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use cadenza_schemas::{ProgressRecord, ReportingOffset, StartedOffset, WorkerId};
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
+
+/// A partition's record is written again at least this often even when unchanged, and once
+/// after each assignment, so that its pointer stays recent: a new owner reads the progress topic
+/// back from the pointer (see `consumer::Progress`), so this bounds what it reads.
+pub const REFRESH: Duration = Duration::from_secs(30);
 
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -123,6 +134,14 @@ struct PartitionState {
     version: u64,
     durable: u64,
     committed: Option<Snapshot>,
+    /// This owner's term: the offset of its claim on the progress topic (none yet if the claim
+    /// could not be written at assignment: the first commit writes one).
+    term: Option<i64>,
+    /// A commit of the group accepted since the claim: until then, records are not written
+    /// (a member the group had moved on from before its claim must write none with that term).
+    validated: bool,
+    /// When a record of this assignment last reached the broker.
+    written: Option<Instant>,
 }
 
 impl PartitionState {
@@ -178,6 +197,16 @@ pub struct CommitItem {
     pub epoch: Epoch,
     pub version: u64,
     pub record: ProgressRecord,
+    /// Whether a group commit was accepted since the owner's claim (`record.term`). If not, the
+    /// commit must get one accepted before it writes the record.
+    pub validated: bool,
+}
+
+/// Orders a partition's progress records: `true` if the record with term `a` at offset
+/// `a_offset` supersedes the one with term `b` at `b_offset`. The highest term wins (a later
+/// owner), then the latest record of that term (one owner writes its records in order).
+pub fn supersedes(a: Option<i64>, a_offset: i64, b: Option<i64>, b_offset: i64) -> bool {
+    (a, a_offset) > (b, b_offset)
 }
 
 /// Progress of every assigned partition.
@@ -207,12 +236,14 @@ impl OffsetTracker {
     }
 
     /// The partition is now assigned to this consumer, whose group had committed `committed`
-    /// and recorded `record` for it. Returns its epoch.
+    /// and recorded `record` for it; `term` is the offset of this consumer's claim. Returns its
+    /// epoch.
     pub fn assign(
         &mut self,
         tp: TopicPartition,
         committed: Option<i64>,
         record: Option<&ProgressRecord>,
+        term: Option<i64>,
     ) -> Epoch {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
@@ -247,6 +278,9 @@ impl OffsetTracker {
             version: 0,
             durable: 0,
             committed: None,
+            term,
+            validated: false,
+            written: None,
         };
         state.committed = state.snapshot();
         self.partitions.insert(tp, state);
@@ -255,8 +289,13 @@ impl OffsetTracker {
 
     /// The partition is now assigned, but its progress record could not be read: offsets not
     /// below `committed` are told [`Prior::Unknown`].
-    pub fn assign_unknown(&mut self, tp: TopicPartition, committed: Option<i64>) -> Epoch {
-        let epoch = self.assign(tp.clone(), committed, None);
+    pub fn assign_unknown(
+        &mut self,
+        tp: TopicPartition,
+        committed: Option<i64>,
+        term: Option<i64>,
+    ) -> Epoch {
+        let epoch = self.assign(tp.clone(), committed, None, term);
         if let Some(state) = self.partitions.get_mut(&tp) {
             state.unknown = true;
         }
@@ -392,7 +431,7 @@ impl OffsetTracker {
         worker: &WorkerId,
         group: &str,
     ) -> Option<CommitItem> {
-        let item = self.item(tp, worker, group, false);
+        let item = self.item(tp, worker, group, false, Instant::now());
         if let Some(state) = self.partitions.remove(tp) {
             state.tokens.revoking.cancel();
             state.tokens.dropped.cancel();
@@ -420,10 +459,14 @@ impl OffsetTracker {
         worker: &WorkerId,
         group: &str,
         force: bool,
+        now: Instant,
     ) -> Option<CommitItem> {
         let s = self.partitions.get(tp)?;
         let snap = s.snapshot()?;
-        if !force && s.committed.as_ref() == Some(&snap) {
+        let due = s
+            .written
+            .is_none_or(|w| now.saturating_duration_since(w) >= REFRESH);
+        if !force && !due && s.committed.as_ref() == Some(&snap) {
             return None;
         }
         let (position, finished, started, reporting) = snap;
@@ -441,23 +484,41 @@ impl OffsetTracker {
                 reporting,
                 worker_id: worker.clone(),
                 written_at: Utc::now(),
+                term: s.term,
             },
+            validated: s.validated,
         })
     }
 
-    /// Records that changed since they were last committed (all with `force`), sorted.
+    /// Records that changed since they were last committed, or are due again (see
+    /// [`REFRESH`]); all with `force`. Sorted.
     pub fn to_commit(&self, worker: &WorkerId, group: &str, force: bool) -> Vec<CommitItem> {
+        self.to_commit_at(worker, group, force, Instant::now())
+    }
+
+    fn to_commit_at(
+        &self,
+        worker: &WorkerId,
+        group: &str,
+        force: bool,
+        now: Instant,
+    ) -> Vec<CommitItem> {
         let mut tps: Vec<&TopicPartition> = self.partitions.keys().collect();
         tps.sort();
         tps.into_iter()
-            .filter_map(|tp| self.item(tp, worker, group, force))
+            .filter_map(|tp| self.item(tp, worker, group, force, now))
             .collect()
     }
 
-    /// These records reached the broker.
+    /// These records reached the broker (and the group accepted commits since their claim).
     pub fn mark_committed(&mut self, items: &[CommitItem]) {
         for it in items {
             if let Some(s) = self.live(&it.tp, it.epoch) {
+                s.validated = true;
+                s.written = Some(Instant::now());
+                if s.term.is_none() {
+                    s.term = it.record.term;
+                }
                 s.durable = s.durable.max(it.version);
                 let r = &it.record;
                 s.committed = Some((
@@ -527,7 +588,7 @@ mod tests {
     #[test]
     fn a_second_delivery_within_an_assignment_is_ignored() {
         let mut t = OffsetTracker::default();
-        let e = t.assign(tp(0), Some(10), None);
+        let e = t.assign(tp(0), Some(10), None, None);
         for o in 10..13 {
             fresh(&mut t, 0, o);
         }
@@ -556,7 +617,7 @@ mod tests {
     #[test]
     fn without_its_record_a_partition_tells_offsets_they_may_have_run() {
         let mut t = OffsetTracker::default();
-        let e = t.assign_unknown(tp(0), Some(10));
+        let e = t.assign_unknown(tp(0), Some(10), None);
         assert_eq!(t.begin(&tp(0), 9).unwrap().prior, Prior::Finished);
         assert_eq!(t.begin(&tp(0), 10).unwrap().prior, Prior::Unknown);
         assert_eq!(t.begin(&tp(0), 11).unwrap().prior, Prior::Unknown);
@@ -565,14 +626,14 @@ mod tests {
         // Once committed, the next owner has a record: what this one finished is skipped.
         let r = commit(&mut t, 0);
         let mut next = OffsetTracker::default();
-        next.assign(tp(0), Some(10), Some(&r));
+        next.assign(tp(0), Some(10), Some(&r), None);
         assert_eq!(next.begin(&tp(0), 10).unwrap().prior, Prior::Finished);
     }
 
     #[test]
     fn position_is_lowest_unfinished_then_last_plus_one() {
         let mut t = OffsetTracker::default();
-        let e = t.assign(tp(0), None, None);
+        let e = t.assign(tp(0), None, None, None);
         assert_eq!(t.position(&tp(0)), None);
         for o in 10..15 {
             assert_eq!(fresh(&mut t, 0, o), e);
@@ -593,7 +654,7 @@ mod tests {
     #[test]
     fn the_record_lists_finished_above_the_position_and_started_runs() {
         let mut t = OffsetTracker::default();
-        let e = t.assign(tp(0), Some(10), None);
+        let e = t.assign(tp(0), Some(10), None, None);
         for o in 10..14 {
             fresh(&mut t, 0, o);
         }
@@ -630,7 +691,7 @@ mod tests {
     #[test]
     fn the_next_owner_skips_finished_reruns_started_and_republishes_reporting() {
         let mut a = OffsetTracker::default();
-        let e = a.assign(tp(0), None, None);
+        let e = a.assign(tp(0), None, None, None);
         for o in 0..6 {
             fresh(&mut a, 0, o);
         }
@@ -645,7 +706,7 @@ mod tests {
 
         // The worker dies; the next owner gets the partition from the committed offset 0.
         let mut b = OffsetTracker::default();
-        let e2 = b.assign(tp(0), Some(0), Some(&record));
+        let e2 = b.assign(tp(0), Some(0), Some(&record), None);
         let prior = |b: &mut OffsetTracker, o| b.begin(&tp(0), o).unwrap().prior;
         assert_eq!(prior(&mut b, 0), Prior::Started { attempt: 1 });
         assert_eq!(prior(&mut b, 1), Prior::Started { attempt: 3 });
@@ -677,14 +738,85 @@ mod tests {
             reporting: vec![],
             worker_id: w(),
             written_at: DateTime::UNIX_EPOCH,
+            term: None,
         };
         let mut t = OffsetTracker::default();
-        t.assign(tp(0), Some(5), Some(&record));
+        t.assign(tp(0), Some(5), Some(&record), None);
         for o in 5..8 {
             assert_eq!(t.begin(&tp(0), o).unwrap().prior, Prior::Finished);
         }
         assert_eq!(t.begin(&tp(0), 8).unwrap().prior, Prior::Fresh);
         assert_eq!(t.begin(&tp(0), 9).unwrap().prior, Prior::Finished);
+    }
+
+    #[test]
+    fn the_record_in_force_has_the_highest_term_then_the_latest_offset() {
+        // Read on from a pointer that a stalled member set back to its own record at 10 (term
+        // 3): the next owner (term 12) wrote at 14 and 20; the stalled member wrote again at 25.
+        let read = [(10, Some(3)), (14, Some(12)), (20, Some(12)), (25, Some(3))];
+        let mut best: Option<(Option<i64>, i64)> = None;
+        for (offset, term) in read {
+            if best.is_none_or(|(t, o)| supersedes(term, offset, t, o)) {
+                best = Some((term, offset));
+            }
+        }
+        assert_eq!(best, Some((Some(12), 20)));
+        // A record of an earlier version (no term) ranks below any term.
+        assert!(supersedes(Some(0), 1, None, 9));
+        assert!(!supersedes(None, 9, Some(0), 1));
+    }
+
+    #[test]
+    fn records_carry_the_owners_term_and_need_a_confirmed_claim() {
+        let mut t = OffsetTracker::default();
+        let e = t.assign(tp(0), Some(0), None, Some(42));
+        fresh(&mut t, 0, 0);
+        t.finish(&tp(0), 0, e);
+        let items = t.to_commit(&w(), "g", false);
+        assert_eq!(items[0].record.term, Some(42));
+        assert!(!items[0].validated, "no group commit since the claim yet");
+        t.mark_committed(&items);
+        fresh(&mut t, 0, 1);
+        t.start(&tp(0), 1, e, 1);
+        let items = t.to_commit(&w(), "g", false);
+        assert!(items[0].validated);
+        // The partition comes back: a new claim, to be confirmed again.
+        t.revoke(&tp(0), &w(), "g");
+        t.assign(tp(0), Some(2), None, Some(50));
+        let items = t.to_commit(&w(), "g", true);
+        assert_eq!(items[0].record.term, Some(50));
+        assert!(!items[0].validated);
+    }
+
+    #[test]
+    fn without_a_claim_at_assignment_the_commit_provides_the_term() {
+        let mut t = OffsetTracker::default();
+        let e = t.assign(tp(0), Some(0), None, None);
+        fresh(&mut t, 0, 0);
+        t.finish(&tp(0), 0, e);
+        let mut items = t.to_commit(&w(), "g", false);
+        assert_eq!(items[0].record.term, None);
+        // The commit claims (at offset 7) and confirms the claim.
+        items[0].record.term = Some(7);
+        t.mark_committed(&items);
+        fresh(&mut t, 0, 1);
+        t.start(&tp(0), 1, e, 1);
+        let items = t.to_commit(&w(), "g", false);
+        assert_eq!(items[0].record.term, Some(7));
+        assert!(items[0].validated);
+    }
+
+    #[test]
+    fn a_record_is_written_after_assignment_and_again_when_due_even_unchanged() {
+        let mut t = OffsetTracker::default();
+        t.assign(tp(0), Some(4), None, Some(9));
+        let items = t.to_commit(&w(), "g", false);
+        assert_eq!(items.len(), 1, "the new owner's first record");
+        assert_eq!(items[0].record.position, 4);
+        t.mark_committed(&items);
+        assert!(t.to_commit(&w(), "g", false).is_empty());
+        let later = Instant::now() + REFRESH;
+        assert_eq!(t.to_commit_at(&w(), "g", false, later).len(), 1);
     }
 
     #[test]
@@ -700,7 +832,7 @@ mod tests {
     #[test]
     fn revoke_returns_the_final_record_and_stale_epochs_cannot_finish() {
         let mut t = OffsetTracker::default();
-        let old = t.assign(tp(0), None, None);
+        let old = t.assign(tp(0), None, None, None);
         let tokens = t.begin(&tp(0), 5).unwrap().tokens;
         fresh(&mut t, 0, 6);
         t.finish(&tp(0), 5, old);
@@ -714,7 +846,7 @@ mod tests {
         assert!(tokens.dropped.is_cancelled());
         assert!(t.revoke(&tp(0), &w(), "g").is_none());
         // The partition comes back and offset 6 is delivered again.
-        let new = t.assign(tp(0), Some(6), None);
+        let new = t.assign(tp(0), Some(6), None, None);
         assert_ne!(old, new);
         fresh(&mut t, 0, 6);
         // The run from the old assignment finishing must not mark the redelivered copy done.
@@ -730,7 +862,7 @@ mod tests {
         let hand_back = CancellationToken::new();
         let abandon = CancellationToken::new();
         let mut t = OffsetTracker::new(hand_back.clone(), abandon.clone());
-        t.assign(tp(0), None, None);
+        t.assign(tp(0), None, None, None);
         let tokens = t.begin(&tp(0), 0).unwrap().tokens;
         hand_back.cancel();
         assert!(tokens.revoking.is_cancelled() && !tokens.dropped.is_cancelled());

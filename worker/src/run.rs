@@ -699,7 +699,7 @@ mod tests {
             let hand_back = CancellationToken::new();
             let abandon = CancellationToken::new();
             let mut tracker = OffsetTracker::new(hand_back.clone(), abandon.clone());
-            let epoch = tracker.assign(tp.clone(), None, None);
+            let epoch = tracker.assign(tp.clone(), None, None, None);
             let offsets = Arc::new(Mutex::new(tracker));
             let progress = Arc::new(ProgressSignal::default());
             // Commits instantly whenever a run waits for a commit.
