@@ -50,6 +50,25 @@ async fn wait_runs(api: &ApiClient, job: i64, n: usize, statuses: &[&str]) -> Ve
     .unwrap()
 }
 
+/// Waits until the first alarm of run `id` is marked `failed` (given up) and returns it.
+async fn given_up_alarm(api: &ApiClient, id: i64) -> Value {
+    wait_for(
+        WAIT,
+        &format!("the alarm of run {id} to be given up"),
+        || async move {
+            let (_, a) = api
+                .get_json(&format!("/api/alarms?trigger_id={id}"))
+                .await?;
+            Ok(a["alarms"]
+                .as_array()
+                .and_then(|a| a.first().cloned())
+                .filter(|a| a["status"] == "failed"))
+        },
+    )
+    .await
+    .unwrap()
+}
+
 fn time(v: &Value) -> DateTime<Utc> {
     json_time(v).unwrap()
 }
@@ -449,17 +468,7 @@ async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_
         .unwrap();
     let id = api.trigger_now(stuck).await.unwrap();
     api.wait_run_status(id, "failed", WAIT).await.unwrap();
-    let alarm = wait_for(WAIT, "the stuck alarm to be given up", || async move {
-        let (_, a) = api
-            .get_json(&format!("/api/alarms?trigger_id={id}"))
-            .await?;
-        Ok(a["alarms"]
-            .as_array()
-            .and_then(|a| a.first().cloned())
-            .filter(|a| a["status"] == "failed"))
-    })
-    .await
-    .unwrap();
+    let alarm = given_up_alarm(api, id).await;
     assert_eq!(alarm["attempts"], 2, "{alarm}");
     assert!(
         alarm["last_error"].as_str().unwrap().contains("no answer"),
@@ -921,17 +930,7 @@ async fn outbound_requests_to_loopback_are_refused_unless_allowed() {
          CADENZA_HTTP_ALLOW lists it",
         "{run}"
     );
-    let alarm = wait_for(WAIT, "the alarm to be given up", || async move {
-        let (_, a) = api
-            .get_json(&format!("/api/alarms?trigger_id={id}"))
-            .await?;
-        Ok(a["alarms"]
-            .as_array()
-            .and_then(|a| a.first().cloned())
-            .filter(|a| a["status"] == "failed"))
-    })
-    .await
-    .unwrap();
+    let alarm = given_up_alarm(api, id).await;
     assert_eq!(
         alarm["last_error"],
         "address 127.0.0.1, a loopback address (127.0.0.0/8), denied unless \
