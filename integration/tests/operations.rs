@@ -435,17 +435,21 @@ async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_
         assert!(r.body["message"].as_str().unwrap().contains("disk full"));
         assert!(r.idempotency_key.is_some());
     }
-    let (_, alarms) = api
-        .get_json(&format!("/api/alarms?job_id={failing}"))
-        .await
-        .unwrap();
-    let statuses: Vec<&str> = alarms["alarms"]
-        .as_array()
-        .unwrap()
+    // The receiver has the POST a moment before the admin records the answer.
+    let alarms = wait_for(WAIT, "both alarms recorded sent", || async move {
+        let (_, a) = api
+            .get_json(&format!("/api/alarms?job_id={failing}"))
+            .await?;
+        let a = a["alarms"].as_array().cloned().unwrap_or_default();
+        Ok((a.len() == 2 && a.iter().all(|x| x["status"] != "pending")).then_some(a))
+    })
+    .await
+    .unwrap();
+    let statuses: Vec<&str> = alarms
         .iter()
         .map(|a| a["status"].as_str().unwrap())
         .collect();
-    assert_eq!(statuses, ["sent", "sent"], "{alarms}");
+    assert_eq!(statuses, ["sent", "sent"], "{alarms:#?}");
     let (_, none) = api
         .get_json(&format!("/api/alarms?job_id={fine}"))
         .await
