@@ -253,3 +253,118 @@ async fn the_cli_round_trips_against_a_running_admin() {
     let gone = cadenza(&home, &env, &["jobs", "show", &id]).await;
     assert_eq!(gone.code, 1);
 }
+
+/// Runs `cadenza args…` with its stdout read by nobody (the reader of `| head` gone): the exit
+/// code (`None` when a signal ended it) and stderr.
+async fn cadenza_into_closed_pipe(
+    home: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (Option<i32>, Option<i32>, String) {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut cmd = tokio::process::Command::new(cadenza_bin("cadenza").unwrap());
+    cmd.args(args)
+        .env("HOME", home)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CADENZA_CONFIG")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    // Close the only read end before the command has anything to write.
+    drop(child.stdout.take());
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("cadenza finished within 60 s")
+        .unwrap();
+    (
+        out.status.code(),
+        out.status.signal(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn every_command_ends_quietly_when_its_reader_goes_away() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let _worker = cluster
+        .spawn_worker("cli.echo=shell", "cli", &[])
+        .await
+        .unwrap();
+    let home = cluster.dir().join("home-pipe");
+    std::fs::create_dir_all(&home).unwrap();
+    let url = admin.base_url().to_owned();
+    let env = [
+        ("CADENZA_URL", url.as_str()),
+        ("CADENZA_API_TOKEN", cluster.token()),
+    ];
+    let api = admin.api();
+    let job = api
+        .create_job(
+            &serde_json::json!({"name": "talkative", "job_type": "cli.echo",
+            "schedule": {"kind": "none"}, "params": "seq 1 2000"}),
+        )
+        .await
+        .unwrap();
+    let run = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(run, "succeeded", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (job, run) = (job.to_string(), run.to_string());
+    let from = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let to = (Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();
+
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["jobs", "list"],
+        vec!["jobs", "show", &job],
+        vec!["jobs", "disable", &job],
+        vec!["jobs", "enable", &job],
+        vec![
+            "jobs",
+            "create",
+            "--name",
+            "piped",
+            "--job-type",
+            "cli.echo",
+            "--schedule",
+            "none",
+        ],
+        vec!["runs", "list"],
+        vec!["runs", "show", &run],
+        vec!["runs", "tail", &run],
+        vec!["workers"],
+        vec![
+            "replay",
+            "--job-type",
+            "cli.echo",
+            "--from",
+            &from,
+            "--to",
+            &to,
+            "--dry-run",
+        ],
+    ];
+    for args in &commands {
+        for json in [false, true] {
+            let mut args = args.clone();
+            if json {
+                args.push("--json");
+            }
+            let (code, signal, stderr) = cadenza_into_closed_pipe(&home, &env, &args).await;
+            assert!(
+                code == Some(0) || code == Some(141) || signal == Some(13),
+                "`cadenza {}` into a closed pipe: exit {code:?}, signal {signal:?}\n{stderr}",
+                args.join(" ")
+            );
+            assert!(
+                !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+                "`cadenza {}` complained about the closed pipe:\n{stderr}",
+                args.join(" ")
+            );
+        }
+    }
+}

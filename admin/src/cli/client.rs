@@ -22,6 +22,9 @@ pub enum CliError {
     Unreachable { url: String, reason: String },
     #[error("{0}")]
     Usage(String),
+    /// Writing the output failed (a closed pipe is not reported: see [`super::main`]).
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
 }
 
 impl CliError {

@@ -163,18 +163,27 @@ enum RunsCmd {
 }
 
 /// Parses the arguments and runs the command; the process's exit code.
+///
+/// When the reader of the output goes away (`cadenza runs list | head`), the command ends
+/// quietly with 0, like the rest of a pipeline expects; no command panics on a closed pipe.
 pub async fn main() -> i32 {
     let cli = Cli::parse();
     match run(cli).await {
         Ok(()) => 0,
+        Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
-            eprintln!("error: {e}");
+            note(format_args!("error: {e}"));
             match e {
                 CliError::Usage(_) => 2,
                 _ => 1,
             }
         }
     }
+}
+
+/// A line on stderr. A closed stderr is ignored: what is said there is never the result.
+fn note(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
@@ -197,7 +206,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Runs(cmd) => runs(&client, &out, cmd).await,
         Command::Workers => {
             let v = client.get("/api/workers").await?;
-            out.table(&v, &v["workers"], &WORKER_COLUMNS);
+            out.table(&v, &v["workers"], &WORKER_COLUMNS)?;
             Ok(())
         }
         Command::Replay(args) => replay::run(&client, &out, args).await,
@@ -240,16 +249,20 @@ pub(crate) struct Output {
     json: bool,
 }
 
+/// Writes `text` and a newline to stdout; the error (a closed pipe too) goes to the caller.
+fn line(text: impl std::fmt::Display) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")?;
+    out.flush()
+}
+
 impl Output {
-    fn print_json(&self, v: &Value) {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
-        );
+    fn print_json(&self, v: &Value) -> std::io::Result<()> {
+        line(serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()))
     }
 
     /// `whole` as JSON, or `rows` as a table.
-    fn table(&self, whole: &Value, rows: &Value, columns: &Columns) {
+    fn table(&self, whole: &Value, rows: &Value, columns: &Columns) -> std::io::Result<()> {
         if self.json {
             return self.print_json(whole);
         }
@@ -259,36 +272,37 @@ impl Output {
         for r in rows.as_array().map(Vec::as_slice).unwrap_or_default() {
             t.add_row(columns.iter().map(|(_, f)| cell(&r[*f])));
         }
-        println!("{t}");
+        line(t)
     }
 
     /// One object as JSON, or as `key: value` lines.
-    fn record(&self, v: &Value) {
+    fn record(&self, v: &Value) -> std::io::Result<()> {
         if self.json {
             return self.print_json(v);
         }
-        if let Some(map) = v.as_object() {
-            let width = map.keys().map(String::len).max().unwrap_or(0);
-            for (k, val) in map {
-                if k == "log" {
-                    continue;
-                }
-                println!("{k:>width$}  {}", cell(val));
+        let Some(map) = v.as_object() else {
+            return line(cell(v));
+        };
+        let mut out = std::io::stdout().lock();
+        let width = map.keys().map(String::len).max().unwrap_or(0);
+        for (k, val) in map {
+            if k == "log" {
+                continue;
             }
-            if let Some(log) = map.get("log").and_then(Value::as_str) {
-                println!("\n{log}");
-            }
-        } else {
-            println!("{}", cell(v));
+            writeln!(out, "{k:>width$}  {}", cell(val))?;
         }
+        if let Some(log) = map.get("log").and_then(Value::as_str) {
+            writeln!(out, "\n{log}")?;
+        }
+        out.flush()
     }
 
     /// A short confirmation, or the JSON.
-    fn done(&self, v: &Value, text: &str) {
+    fn done(&self, v: &Value, text: &str) -> std::io::Result<()> {
         if self.json {
             self.print_json(v)
         } else {
-            println!("{text}");
+            line(text)
         }
     }
 }
@@ -459,7 +473,7 @@ async fn jobs(client: &Client, out: &Output, cmd: JobsCmd) -> Result<(), CliErro
                 ("limit", Some(limit.to_string())),
             ]);
             let v = client.get(&format!("/api/jobs?{q}")).await?;
-            out.table(&v, &v["jobs"], &JOB_COLUMNS);
+            out.table(&v, &v["jobs"], &JOB_COLUMNS)?;
         }
         JobsCmd::Create(a) => {
             let body = create_body(&a)?;
@@ -472,24 +486,24 @@ async fn jobs(client: &Client, out: &Output, cmd: JobsCmd) -> Result<(), CliErro
                     cell(&v["name"]),
                     cell(&v["next_fire_at"]).if_empty("—")
                 ),
-            );
+            )?;
         }
-        JobsCmd::Show { id } => out.record(&client.get(&format!("/api/jobs/{id}")).await?),
+        JobsCmd::Show { id } => out.record(&client.get(&format!("/api/jobs/{id}")).await?)?,
         JobsCmd::Enable { id } => {
             let v = client.post(&format!("/api/jobs/{id}/enable"), None).await?;
-            out.done(&v, &format!("job {id} enabled"));
+            out.done(&v, &format!("job {id} enabled"))?;
         }
         JobsCmd::Disable { id } => {
             let v = client
                 .post(&format!("/api/jobs/{id}/disable"), None)
                 .await?;
-            out.done(&v, &format!("job {id} disabled"));
+            out.done(&v, &format!("job {id} disabled"))?;
         }
         JobsCmd::Delete { id } => {
             let v = client
                 .call(Method::DELETE, &format!("/api/jobs/{id}"), None)
                 .await?;
-            out.done(&v, &format!("job {id} deleted"));
+            out.done(&v, &format!("job {id} deleted"))?;
         }
         JobsCmd::Trigger {
             id,
@@ -520,7 +534,7 @@ async fn jobs(client: &Client, out: &Output, cmd: JobsCmd) -> Result<(), CliErro
                     cell(&v["trigger_ids"]),
                     cell(&v["fire_time"])
                 ),
-            );
+            )?;
         }
     }
     Ok(())
@@ -558,9 +572,9 @@ async fn runs(client: &Client, out: &Output, cmd: RunsCmd) -> Result<(), CliErro
                 ("limit", Some(limit.to_string())),
             ]);
             let v = client.get(&format!("/api/triggers?{q}")).await?;
-            out.table(&v, &v["triggers"], &RUN_COLUMNS);
+            out.table(&v, &v["triggers"], &RUN_COLUMNS)?;
         }
-        RunsCmd::Show { id } => out.record(&client.get(&format!("/api/triggers/{id}")).await?),
+        RunsCmd::Show { id } => out.record(&client.get(&format!("/api/triggers/{id}")).await?)?,
         RunsCmd::Tail { id, every_ms } => tail(client, out, id, every_ms).await?,
     }
     Ok(())
@@ -576,24 +590,25 @@ async fn tail(client: &Client, out: &Output, id: i64, every_ms: u64) -> Result<(
         let log = run["log"].as_str().unwrap_or_default();
         if !out.json {
             if status != last_status {
-                eprintln!("[run {id} {status}]");
+                note(format_args!("[run {id} {status}]"));
                 last_status.clone_from(&status);
             }
             let new = new_text(&shown, log);
             if !new.is_empty() {
-                print!("{new}");
+                let mut stdout = std::io::stdout().lock();
+                write!(stdout, "{new}")?;
                 if !new.ends_with('\n') && is_terminal(&status) {
-                    println!();
+                    writeln!(stdout)?;
                 }
-                let _ = std::io::stdout().flush();
+                stdout.flush()?;
             }
         }
         shown = log.to_owned();
         if is_terminal(&status) {
             if out.json {
-                out.print_json(&run);
+                out.print_json(&run)?;
             } else if let Some(m) = run["message"].as_str() {
-                eprintln!("[{m}]");
+                note(format_args!("[{m}]"));
             }
             return Ok(());
         }

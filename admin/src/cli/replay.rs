@@ -211,7 +211,7 @@ pub async fn run(client: &Client, out: &Output, a: ReplayArgs) -> Result<(), Cli
             a.job_type,
             ids.join(", ")
         ),
-    );
+    )?;
     Ok(())
 }
 
@@ -232,12 +232,12 @@ fn print_dry(out: &Output, a: &ReplayArgs, answers: Vec<Value>) -> Result<(), Cl
             ("OFFSET", "offset"),
             ("SHARD", "shard_index"),
         ],
-    );
+    )?;
     if !out.json {
-        println!(
+        super::line(format_args!(
             "{} runs would be replayed (dry run: nothing was published)",
             runs.len()
-        );
+        ))?;
     }
     Ok(())
 }
