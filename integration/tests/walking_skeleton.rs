@@ -314,6 +314,238 @@ async fn bad_input_is_rejected_and_writes_nothing() {
     );
 }
 
+/// Sends `head` (request line and headers, without the blank line) and then `body` in chunks
+/// over a raw connection, and returns the status line and body of the answer.
+async fn raw_request(addr: &str, head: &str, body: &[u8], chunked: bool) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(format!("{head}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut sent = Ok(());
+    for piece in body.chunks(64 * 1024) {
+        sent = if chunked {
+            let mut framed = format!("{:x}\r\n", piece.len()).into_bytes();
+            framed.extend_from_slice(piece);
+            framed.extend_from_slice(b"\r\n");
+            conn.write_all(&framed).await
+        } else {
+            conn.write_all(piece).await
+        };
+        if sent.is_err() {
+            break;
+        }
+    }
+    if chunked && sent.is_ok() {
+        sent = conn.write_all(b"0\r\n\r\n").await;
+    }
+    sent.unwrap_or_else(|e| {
+        panic!("the admin dropped the connection while the body was sent: {e}")
+    });
+    let mut answer = String::new();
+    tokio::time::timeout(WAIT, conn.read_to_string(&mut answer))
+        .await
+        .expect("an answer within the wait")
+        .unwrap();
+    let status = answer.lines().next().unwrap_or_default().to_owned();
+    let body = answer
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    (status, body)
+}
+
+#[tokio::test]
+async fn nul_characters_and_oversized_bodies_get_readable_errors_and_store_nothing() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = &admin.api();
+    let base = json!({"name": "j", "job_type": "demo.echo", "params": "kept",
+        "schedule": {"kind": "cron", "expr": "0 0 3 * * *", "timezone": "UTC"}});
+    let job = create_job(api, base.clone()).await;
+    let with = |path: &[&str], v: Value| {
+        let mut b = base.clone();
+        let mut at = &mut b;
+        for p in &path[..path.len() - 1] {
+            at = &mut at[*p];
+        }
+        at[path[path.len() - 1]] = v;
+        b
+    };
+    let nul = json!("a\u{0}b");
+    let bodies = [
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["name"], nul.clone()),
+            "name",
+        ),
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["params"], nul.clone()),
+            "params",
+        ),
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["job_type"], nul.clone()),
+            "job_type",
+        ),
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["schedule", "expr"], nul.clone()),
+            "schedule.expr",
+        ),
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["schedule", "timezone"], nul.clone()),
+            "schedule.timezone",
+        ),
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["alarm_webhook"], nul.clone()),
+            "alarm_webhook",
+        ),
+        (
+            "POST",
+            "/api/jobs".to_owned(),
+            with(&["alarm_emails"], json!(["ops@example.com", "a\u{0}@b"])),
+            "alarm_emails[1]",
+        ),
+        (
+            "PATCH",
+            format!("/api/jobs/{job}"),
+            json!({"params": nul.clone()}),
+            "params",
+        ),
+        (
+            "PATCH",
+            format!("/api/jobs/{job}"),
+            json!({"name": nul.clone()}),
+            "name",
+        ),
+        (
+            "POST",
+            format!("/api/jobs/{job}/trigger"),
+            json!({"params": nul.clone()}),
+            "params",
+        ),
+        (
+            "POST",
+            format!("/api/jobs/{job}/trigger"),
+            json!({"worker": nul.clone()}),
+            "worker",
+        ),
+        (
+            "POST",
+            "/api/replay".to_owned(),
+            json!({"job_type": nul.clone(), "dry_run": true}),
+            "job_type",
+        ),
+    ];
+    for (method, path, body, field) in bodies {
+        let method = cadenza_integration::Method::from_bytes(method.as_bytes()).unwrap();
+        let (status, err) = api
+            .request(method.clone(), &path, Some(&body))
+            .await
+            .unwrap();
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{method} {path} {body} → {err}"
+        );
+        assert_eq!(
+            err["error"]["code"], "invalid_field",
+            "{method} {path} {body} → {err}"
+        );
+        assert_eq!(
+            err["error"]["field"], field,
+            "{method} {path} {body} → {err}"
+        );
+    }
+    for (query, field) in [
+        ("/api/jobs?job_type=a%00b", "job_type"),
+        ("/api/jobs?enabled=%00", "enabled"),
+        ("/api/triggers?status=%00", "status"),
+        ("/api/triggers?kind=k%00", "kind"),
+        ("/api/alarms?status=%00", "status"),
+        ("/api/report?from=%00", "from"),
+        ("/api/jobs?%00=1", "query"),
+    ] {
+        let (status, err) = api.get_json(query).await.unwrap();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query} → {err}");
+        assert_eq!(err["error"]["code"], "invalid_field", "{query} → {err}");
+        assert_eq!(err["error"]["field"], field, "{query} → {err}");
+    }
+    let (status, err) = api.get_json("/api/jobs/%00").await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["field"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("id")),
+        "{err}"
+    );
+
+    // A body over the 1 MiB limit: a readable 413, with the length declared or chunked, and
+    // with "Expect: 100-continue" before the body is sent.
+    let addr = api.base_url().trim_start_matches("http://").to_owned();
+    let mut big =
+        br#"{"name":"big","job_type":"demo.echo","schedule":{"kind":"none"},"params":""#.to_vec();
+    big.resize(20 * 1024 * 1024, b'x');
+    big.extend_from_slice(br#""}"#);
+    let auth = format!("Authorization: Bearer {}", cluster.token());
+    let head = format!(
+        "POST /api/jobs HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\nContent-Type: application/json\r\nContent-Length: {}",
+        big.len()
+    );
+    for (head, body, chunked) in [
+        (head.clone(), &big[..], false),
+        (
+            format!("POST /api/jobs HTTP/1.1\r\nHost: {addr}\r\n{auth}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"),
+            &big[..3 * 1024 * 1024],
+            true,
+        ),
+        (format!("{head}\r\nExpect: 100-continue"), &[][..], false),
+        (
+            format!("POST /api/jobs HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer wrong\r\nContent-Length: {}", big.len()),
+            &big[..],
+            false,
+        ),
+    ] {
+        let (status, body) = raw_request(&addr, &head, body, chunked).await;
+        assert!(status.contains(" 413 "), "{status}\n{body}");
+        let err: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!(err["error"]["code"], "payload_too_large", "{err}");
+        assert!(err["error"]["message"].as_str().unwrap().contains("1 MiB"), "{err}");
+    }
+    // Under the limit, the usual validation answers.
+    let (status, err) = api
+        .post_json(
+            "/api/jobs",
+            &with(&["params"], json!("x".repeat(300 * 1024))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &err["error"]["field"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("params")),
+        "{err}"
+    );
+
+    // Nothing was stored, and the job is as it was.
+    let (_, jobs) = api.get_json("/api/jobs").await.unwrap();
+    assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1, "{jobs}");
+    assert_eq!(jobs["jobs"][0]["params"], "kept");
+    assert_eq!(jobs["jobs"][0]["name"], "j");
+    assert_eq!(
+        api.runs(&format!("job_id={job}")).await.unwrap(),
+        Vec::<Value>::new()
+    );
+}
+
 #[tokio::test]
 async fn a_malformed_trigger_goes_to_the_dlq_and_the_worker_goes_on() {
     let cluster = Cluster::start().await.unwrap();

@@ -1,14 +1,11 @@
 //! `/api/alarms`: alarm deliveries of failed runs and how they went.
 
-use std::collections::HashMap;
-
-use axum::extract::Query;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{parse_id, parse_limit, ApiError, ApiResult, Shared};
+use super::{parse_id, parse_limit, ApiError, ApiResult, Params, Shared};
 
 #[derive(Debug, Serialize, sqlx::FromRow)]
 pub struct AlarmView {
@@ -27,10 +24,7 @@ pub struct AlarmView {
     pub sent_at: Option<DateTime<Utc>>,
 }
 
-pub async fn list(
-    state: Shared,
-    Query(q): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let trigger_id = q
         .get("trigger_id")

@@ -123,7 +123,7 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         ));
     }
     let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let parsed = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -146,7 +146,12 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         };
         let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
         ApiError::invalid(field, text)
-    })
+    })?;
+    // PostgreSQL cannot store a NUL in text: refuse it here, naming the field.
+    match super::input::nul_at(body) {
+        Some(field) => Err(super::input::nul_error(field)),
+        None => Ok(parsed),
+    }
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;

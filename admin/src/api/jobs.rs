@@ -1,9 +1,7 @@
 //! `/api/jobs`: create, list, read, update, delete, enable, disable, trigger.
 
-use std::collections::HashMap;
-
 use axum::body::Bytes;
-use axum::extract::{Path, Query};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::Json;
 use cadenza_schemas::TriggerKind;
@@ -12,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Shared};
+use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Params, Shared};
 use crate::jobs::{Job, JobRow, JobSpec};
 use crate::outcome::NewRuns;
 use crate::schedule::JobSchedule;
@@ -143,10 +141,7 @@ pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<J
     Ok((StatusCode::CREATED, Json(job)))
 }
 
-pub async fn list(
-    state: Shared,
-    Query(q): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
     let enabled = match q.get("enabled").map(String::as_str) {
         None => None,
         Some("true") => Some(true),

@@ -3,6 +3,7 @@
 
 mod alarms;
 mod error;
+mod input;
 mod jobs;
 mod replay;
 mod report;
@@ -21,6 +22,7 @@ use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
 
 pub use error::{parse_body, ApiError, ApiResult};
+use input::Params;
 
 use crate::kafka::KafkaClients;
 
@@ -108,7 +110,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/replay", post(replay::create))
         .route("/report", get(report::daily))
         .fallback(fallback)
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        // Outside authentication: every answer goes to a client that has sent its whole body.
+        .layer(middleware::from_fn(input::limit_body));
     Router::new()
         .nest("/api", api)
         .route("/healthz", get(healthz))

@@ -1,15 +1,14 @@
 //! `/api/report`: runs per day, job and status (the dashboard's daily report), kept up to date
 //! in the transaction that ends each run (`outcome::count_in_report`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use axum::extract::Query;
 use axum::Json;
 use chrono::{NaiveDate, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{parse_id, ApiError, ApiResult, Shared};
+use super::{parse_id, ApiError, ApiResult, Params, Shared};
 
 /// Longest span of one request, in days.
 const MAX_DAYS: i64 = 366;
@@ -29,10 +28,7 @@ fn parse_day(field: &str, s: &str) -> ApiResult<NaiveDate> {
 
 /// `from`, `to` (days, both included; default the last 7 days, UTC), `job_id`. Answers the rows
 /// and, per day, the totals by status.
-pub async fn daily(
-    state: Shared,
-    Query(q): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+pub async fn daily(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
     let today = Utc::now().date_naive();
     let to = match q.get("to") {
         Some(s) => parse_day("to", s)?,

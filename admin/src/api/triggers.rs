@@ -1,8 +1,6 @@
 //! `/api/triggers`: runs and their outcome.
 
-use std::collections::HashMap;
-
-use axum::extract::{Path, Query};
+use axum::extract::Path;
 use axum::Json;
 use cadenza_schemas::{RunStatus, TriggerKind};
 use chrono::{DateTime, Utc};
@@ -11,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::route::registry::Registry;
 
-use super::{parse_id, parse_limit, ApiError, ApiResult, Shared};
+use super::{parse_id, parse_limit, ApiError, ApiResult, Params, Shared};
 
 /// One run as the API shows it.
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -72,10 +70,7 @@ impl Run {
     }
 }
 
-pub async fn list(
-    state: Shared,
-    Query(q): Query<HashMap<String, String>>,
-) -> ApiResult<Json<Value>> {
+pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let status = match q.get("status") {
         None => None,
