@@ -39,7 +39,9 @@ pub struct AdminConfig {
     #[arg(long, env = "CADENZA_SHARD_COUNT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub shard_count: u32,
 
-    /// Partitions of each trigger topic the admin creates.
+    /// Partitions of each trigger topic the admin creates (workers create the topics of the job
+    /// types they serve with their own CADENZA_TRIGGER_PARTITIONS: give both the same value; an
+    /// existing topic keeps its partitions).
     #[arg(long, env = "CADENZA_TRIGGER_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub trigger_partitions: i32,
 

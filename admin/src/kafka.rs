@@ -62,6 +62,18 @@ fn new_producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
         .create()?)
 }
 
+/// The warning for a trigger topic that already exists with another partition count than
+/// `CADENZA_TRIGGER_PARTITIONS`: the topic's count is the one used.
+pub fn partition_mismatch(topic: &str, configured: i32, actual: i32) -> Option<String> {
+    (configured != actual).then(|| {
+        format!(
+            "trigger topic {topic} already exists with {actual} partitions, but this admin's \
+             CADENZA_TRIGGER_PARTITIONS is {configured}: the topic's {actual} partitions are \
+             used (give admins and workers the same setting)"
+        )
+    })
+}
+
 /// A record read back from a trigger topic.
 #[derive(Debug, Clone)]
 pub struct ReadRecord {
@@ -300,10 +312,16 @@ impl KafkaClients {
                 let partitions = if created {
                     self.settings.trigger_partitions
                 } else {
+                    // Created by a worker serving the type, another admin, or by hand: its
+                    // partition count is the one used.
                     self.fetch_partition_count(&topic).await?
                 };
                 if created {
                     tracing::info!(%topic, partitions, "trigger topic created");
+                } else if let Some(warning) =
+                    partition_mismatch(&topic, self.settings.trigger_partitions, partitions)
+                {
+                    tracing::warn!("{warning}");
                 }
                 sqlx::query(sql!("jobs/insert_job_type"))
                     .bind(job_type.as_str())
@@ -333,24 +351,50 @@ impl KafkaClients {
             .insert(job_type.clone(), partitions);
     }
 
+    /// The partition count of an existing topic. One that another client has just created
+    /// (a worker at its start, another admin) may take a moment to show on every broker: asked
+    /// again for up to 5 s.
     async fn fetch_partition_count(&self, topic: &str) -> anyhow::Result<i32> {
         let producer = self.producer();
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
-            let md = producer
-                .client()
-                .fetch_metadata(Some(&topic), Duration::from_secs(10))?;
-            let n = md
-                .topics()
-                .iter()
-                .find(|t| t.name() == topic)
-                .map(|t| t.partitions().len())
-                .unwrap_or(0);
-            if n == 0 {
-                anyhow::bail!("topic {topic} has no partitions");
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            loop {
+                let md = producer
+                    .client()
+                    .fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+                let n = md
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic && t.error().is_none())
+                    .map(|t| t.partitions().len())
+                    .unwrap_or(0);
+                if n > 0 {
+                    return Ok(i32::try_from(n)?);
+                }
+                if std::time::Instant::now() >= deadline {
+                    anyhow::bail!("topic {topic} has no partitions");
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
-            Ok(i32::try_from(n)?)
         })
         .await?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_count_mismatch_names_both_numbers() {
+        assert_eq!(partition_mismatch("c.trigger.x", 6, 6), None);
+        let w = partition_mismatch("c.trigger.x", 6, 4).unwrap();
+        assert!(
+            w.contains("c.trigger.x already exists with 4 partitions")
+                && w.contains("CADENZA_TRIGGER_PARTITIONS is 6")
+                && w.contains("the topic's 4 partitions are used"),
+            "{w}"
+        );
     }
 }

@@ -260,6 +260,158 @@ async fn round_spreads_runs_evenly_over_workers_and_their_partitions() {
     );
 }
 
+/// A job type no job had when its workers started (so no admin had created its topic).
+const NEW_TYPE: &str = "r.fresh";
+
+/// Spawns `n` workers serving [`NEW_TYPE`] with `env` (besides fast heartbeats), sorted by id.
+async fn spawn_new_type_workers(
+    cluster: &Cluster,
+    n: usize,
+    env: &[(&str, &str)],
+) -> Vec<WorkerHandle> {
+    let mut all = vec![("CADENZA_HEARTBEAT_MS", HEARTBEAT_MS)];
+    all.extend_from_slice(env);
+    let mut workers = Vec::new();
+    for _ in 0..n {
+        workers.push(
+            cluster
+                .spawn_worker(&format!("{NEW_TYPE}=noop"), "fresh", &all)
+                .await
+                .unwrap(),
+        );
+    }
+    workers.sort_by(|a, b| a.id().cmp(b.id()));
+    workers
+}
+
+/// Waits until `ids` are live and declare that they serve [`NEW_TYPE`].
+async fn wait_live_serving(api: &ApiClient, ids: &[String]) {
+    wait_for(
+        WAIT,
+        &format!("{ids:?} live, serving {NEW_TYPE}"),
+        || async move {
+            let (_, w) = api.get_json("/api/workers").await?;
+            let live: BTreeSet<&str> = w["workers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|w| {
+                    w["alive"] == true
+                        && w["job_types"]
+                            .as_array()
+                            .is_some_and(|t| t.iter().any(|t| t == NEW_TYPE))
+                })
+                .filter_map(|w| w["worker_id"].as_str())
+                .collect();
+            Ok(ids
+                .iter()
+                .all(|id| live.contains(id.as_str()))
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// Creates a `round` job of [`NEW_TYPE`] firing every 200 ms and checks its first `n` runs:
+/// every one routed by the strategy (no "no live worker" note), to a partition of the worker
+/// it was routed to, run there; the workers in turn and, within each, its partitions in turn.
+async fn first_runs_follow_round(
+    api: &ApiClient,
+    parts: &BTreeMap<String, Vec<i64>>,
+    partitions: usize,
+    n: usize,
+) {
+    let start = Utc::now();
+    let job = create_job(
+        api,
+        json!({"name": "fresh", "job_type": NEW_TYPE, "route": "round",
+               "schedule": {"kind": "fix_rate", "every_ms": 200}}),
+    )
+    .await;
+    let done = succeeded_after(api, job, start, n).await;
+    let mut routed: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut used = BTreeSet::new();
+    let mut unrouted = Vec::new();
+    for r in &done {
+        let worker = text(&r["routed_worker"]);
+        if worker.is_empty() || !r["route_note"].is_null() {
+            unrouted.push(format!(
+                "run {} at {}: partition {}, {}",
+                r["id"], r["fire_time"], r["partition"], r["route_note"]
+            ));
+            continue;
+        }
+        let p = r["partition"].as_i64().unwrap();
+        assert!(
+            parts.get(worker).is_some_and(|ps| ps.contains(&p)),
+            "{r} {parts:?}"
+        );
+        assert_eq!(text(&r["worker_id"]), worker, "{r}");
+        *routed.entry(worker).or_default() += 1;
+        used.insert(p);
+    }
+    assert!(
+        unrouted.is_empty(),
+        "{} of the first {n} runs were not routed by their strategy:\n{}",
+        unrouted.len(),
+        unrouted.join("\n")
+    );
+    eprintln!("round over the first {n} runs: {routed:?}, partitions {used:?}");
+    assert_eq!(routed.len(), parts.len(), "{routed:?}");
+    let max = routed.values().max().unwrap();
+    let min = routed.values().min().unwrap();
+    assert!(max - min <= 1, "{routed:?}");
+    assert_eq!(used.len(), partitions, "every partition in turn: {used:?}");
+}
+
+#[tokio::test]
+async fn a_new_job_types_first_runs_are_routed_when_its_workers_started_first() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[("CADENZA_WORKER_DEAD_MS", DEAD_MS)])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    // No job of the type exists yet: the admin has not created its topic.
+    let workers = spawn_new_type_workers(&cluster, 3, &[]).await;
+    let ids: Vec<String> = workers.iter().map(|w| w.id().to_owned()).collect();
+    wait_live_serving(api, &ids).await;
+    // The workers hold the topic's partitions between them before any job of the type exists.
+    let topic = format!("{}.trigger.{NEW_TYPE}", cluster.topic_prefix());
+    wait_assignment(api, &topic, &ids).await;
+    let parts = assignment(api, &topic).await.unwrap();
+    first_runs_follow_round(api, &parts, 6, 24).await;
+}
+
+#[tokio::test]
+async fn workers_started_before_any_admin_create_their_topics_and_that_partition_count_wins() {
+    let cluster = Cluster::start().await.unwrap();
+    // Workers configured with 4 trigger partitions, the admin with the default 6.
+    let workers = spawn_new_type_workers(&cluster, 3, &[("CADENZA_TRIGGER_PARTITIONS", "4")]).await;
+    for w in &workers {
+        w.wait_for_log("partitions assigned", WAIT).await.unwrap();
+    }
+    let admin = cluster
+        .spawn_admin(&[("CADENZA_WORKER_DEAD_MS", DEAD_MS)])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let ids: Vec<String> = workers.iter().map(|w| w.id().to_owned()).collect();
+    let topic = format!("{}.trigger.{NEW_TYPE}", cluster.topic_prefix());
+    api.wait_assignment(&topic, &ids, 4, WAIT).await.unwrap();
+    let parts = assignment(api, &topic).await.unwrap();
+    first_runs_follow_round(api, &parts, 4, 12).await;
+    // The admin took the topic as it found it, and said that its own setting differs.
+    let log = admin.log();
+    assert!(
+        log.contains(&format!("{topic} already exists with 4 partitions"))
+            && log.contains("CADENZA_TRIGGER_PARTITIONS is 6"),
+        "{}",
+        admin.log_tail(40)
+    );
+}
+
 #[tokio::test]
 async fn consistent_hash_keeps_each_job_on_one_worker_and_moves_only_the_leavers_jobs() {
     let s = setup(3, "noop", &[]).await;

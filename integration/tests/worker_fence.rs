@@ -36,6 +36,7 @@ async fn a_stalled_workers_late_pointer_commit_does_not_make_the_next_owner_repe
     let arm = cluster.dir().join("stop-before-pointer");
     let arm_env = arm.to_str().unwrap().to_owned();
     let env = [
+        ("CADENZA_TRIGGER_PARTITIONS", "1"),
         ("CADENZA_SESSION_TIMEOUT_MS", "6000"),
         ("CADENZA_REVOKE_TIMEOUT_MS", "5000"),
         ("CADENZA_HEARTBEAT_MS", "500"),

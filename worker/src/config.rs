@@ -25,6 +25,11 @@ pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the log kept per run (the tail is sent in the `finished` event).
 pub const DEFAULT_RUN_LOG_LIMIT: usize = 64 * 1024;
+/// Default partitions of a trigger topic this worker creates (`CADENZA_TRIGGER_PARTITIONS`, the
+/// admin's default too).
+pub const DEFAULT_TRIGGER_PARTITIONS: i32 = 6;
+/// Most partitions a trigger topic may be created with (the admin's limit too).
+pub const MAX_TRIGGER_PARTITIONS: i32 = 1024;
 
 /// Everything a [`Worker`](crate::Worker) needs besides its handlers.
 ///
@@ -60,16 +65,23 @@ pub struct WorkerConfig {
     pub revoke_timeout: Duration,
     /// Consumer session timeout: a silent member's partitions move after this. Default 10 s.
     pub session_timeout: Duration,
-    /// How often topic metadata is refreshed, so that a trigger topic the admin creates after the
-    /// worker started is picked up. Default 1 s.
+    /// How often topic metadata is refreshed, so that a trigger topic that did not exist when the
+    /// worker subscribed (it could not create it) is picked up once the admin creates it.
+    /// Default 1 s.
     pub metadata_refresh: Duration,
     /// Producer delivery timeout for result, heartbeat and DLQ records. A result that fails is
     /// retried until it is delivered or the worker stops. Default 30 s.
     pub message_timeout: Duration,
     /// Bytes of log kept per run; older lines are dropped. Default 64 KiB.
     pub run_log_limit: usize,
-    /// Replication factor of the `<prefix>.progress` topic when this worker creates it (the
-    /// first worker of a deployment does). Default 1; use the cluster's usual factor (e.g. 3).
+    /// Partitions of the trigger topics this worker creates: at start it creates the topic of
+    /// each job type it serves that does not exist yet, so that it holds partitions of it (and
+    /// runs of a new job of that type are routed to it) from its first assignment. An existing
+    /// topic keeps its partitions. Use the admins' `CADENZA_TRIGGER_PARTITIONS`. Default 6.
+    pub trigger_partitions: i32,
+    /// Replication factor of the topics this worker creates when they do not exist yet: the
+    /// trigger topics of its job types and `<prefix>.progress`. Default 1; use the cluster's
+    /// usual factor (e.g. 3).
     pub replication_factor: i32,
     /// Extra librdkafka properties applied to both clients after the defaults (e.g. SASL/TLS).
     pub kafka_overrides: KafkaOverrides,
@@ -119,6 +131,7 @@ impl Default for WorkerConfig {
             metadata_refresh: Duration::from_secs(1),
             message_timeout: Duration::from_secs(30),
             run_log_limit: DEFAULT_RUN_LOG_LIMIT,
+            trigger_partitions: DEFAULT_TRIGGER_PARTITIONS,
             replication_factor: 1,
             kafka_overrides: KafkaOverrides::default(),
         }
@@ -174,8 +187,8 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         // The test broker (Tansu) does not answer a waiting fetch early; without this a trigger
         // can wait up to fetch.wait.max.ms (default 500 ms) before the worker sees it.
         .set("fetch.wait.max.ms", "10")
-        // The admin creates a trigger topic when a job type first appears, possibly after this
-        // worker subscribed; a short refresh makes the subscription pick it up quickly.
+        // The worker creates its trigger topics before it subscribes; one it could not create
+        // (the admin creates it when a job type first appears) is picked up quickly.
         .set(
             "topic.metadata.refresh.interval.ms",
             millis(config.metadata_refresh),
@@ -215,13 +228,19 @@ pub fn progress_client_config(config: &WorkerConfig) -> ClientConfig {
     c
 }
 
+/// The admin client that creates the progress and trigger topics and reads their metadata.
+/// It never creates a topic by asking for its metadata (librdkafka would by default, as for a
+/// producer, on brokers that allow it).
+pub fn admin_client_config(config: &WorkerConfig) -> ClientConfig {
+    let mut c = base(config);
+    c.set("allow.auto.create.topics", "false");
+    apply_overrides(&mut c, config);
+    c
+}
+
 /// Create `<prefix>.progress` (one partition) unless it exists.
 pub(crate) async fn ensure_progress_topic(config: &WorkerConfig) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = {
-        let mut c = base(config);
-        apply_overrides(&mut c, config);
-        c.create()?
-    };
+    let admin: AdminClient<DefaultClientContext> = admin_client_config(config).create()?;
     let topic = config.topics.progress();
     let new = NewTopic::new(
         &topic,
@@ -279,6 +298,10 @@ mod tests {
         assert_eq!(p.get("enable.idempotence"), Some("true"));
         assert_eq!(p.get("acks"), Some("all"));
         assert_eq!(p.get("group.id"), None);
+        let a = admin_client_config(&config);
+        assert_eq!(a.get("allow.auto.create.topics"), Some("false"));
+        assert_eq!(a.get("security.protocol"), Some("plaintext"));
+        assert_eq!(a.get("group.id"), None);
     }
 
     #[test]

@@ -59,10 +59,12 @@ mod offsets;
 mod producer;
 mod results;
 mod run;
+mod topics;
 
 pub use config::{
     default_worker_id, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY,
     DEFAULT_DRAIN_TIMEOUT, DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_RUN_LOG_LIMIT,
+    DEFAULT_TRIGGER_PARTITIONS, MAX_TRIGGER_PARTITIONS,
 };
 pub use futures::future::BoxFuture;
 pub use handler::{handler_fn, FnHandler, Handler, Outcome, RunContext, RunLog};
@@ -240,7 +242,16 @@ impl WorkerBuilder {
         self
     }
 
-    /// Replication factor of the progress topic if this worker creates it (default 1).
+    /// Partitions of the trigger topics this worker creates (default 6, at most 1024): at start
+    /// it creates the topic of each job type it serves that does not exist yet. Give it the
+    /// admins' `CADENZA_TRIGGER_PARTITIONS`; an existing topic keeps its partitions.
+    pub fn trigger_partitions(mut self, partitions: i32) -> Self {
+        self.config.trigger_partitions = partitions;
+        self
+    }
+
+    /// Replication factor of the topics this worker creates when they do not exist yet: the
+    /// trigger topics of its job types and the progress topic (default 1).
     pub fn replication_factor(mut self, factor: i32) -> Self {
         self.config.replication_factor = factor;
         self
@@ -313,6 +324,9 @@ impl WorkerBuilder {
         }
         if config.commit_interval.is_zero() {
             return invalid("commit interval", "must be positive");
+        }
+        if !(1..=MAX_TRIGGER_PARTITIONS).contains(&config.trigger_partitions) {
+            return invalid("trigger partitions", "must be from 1 to 1024");
         }
         let prefix = self.topic_prefix;
         if let Err(e) = JobType::parse(&prefix) {
@@ -432,6 +446,10 @@ impl Worker {
             .collect();
         let mut subscribed: Vec<&str> = routes.keys().map(String::as_str).collect();
         subscribed.sort_unstable();
+        // Subscribe to topics that exist: the first assignment then holds their partitions, and
+        // the heartbeats report them before any job of these types has run.
+        let trigger_topics: Vec<String> = subscribed.iter().map(|t| (*t).to_owned()).collect();
+        topics::ensure_trigger_topics(&cfg, &trigger_topics).await;
         consumer
             .subscribe(&subscribed)
             .map_err(kafka("subscribing to the trigger topics"))?;
@@ -630,6 +648,14 @@ mod tests {
             err(Worker::builder().handler("a", noop()).capacity(0)),
             "invalid capacity: must be at least 1"
         );
+        for bad in [0, -1, 1025] {
+            assert_eq!(
+                err(Worker::builder()
+                    .handler("a", noop())
+                    .trigger_partitions(bad)),
+                "invalid trigger partitions: must be from 1 to 1024"
+            );
+        }
         assert!(
             err(Worker::builder().handler("a", noop()).topic_prefix("x/y"))
                 .starts_with("invalid topic prefix \"x/y\": the topic prefix may only contain")
@@ -648,6 +674,7 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(w.config().group, "billing");
+        assert_eq!(w.config().trigger_partitions, DEFAULT_TRIGGER_PARTITIONS);
         assert_eq!(
             w.config().topics.trigger(&JobType::parse("x").unwrap()),
             "t1.trigger.x"

@@ -54,7 +54,14 @@ struct Cli {
     /// abandoned (and run again, attempt + 1, by the partitions' next owner), in milliseconds.
     #[arg(long, env = "CADENZA_REVOKE_TIMEOUT_MS", default_value_t = 10_000)]
     revoke_timeout_ms: u64,
-    /// Replication factor of the progress topic, if this worker is the one that creates it.
+    /// Partitions of the trigger topics this worker creates: at start it creates the topic of
+    /// each job type it serves that does not exist yet (an existing topic keeps its
+    /// partitions). Give it the admins' value.
+    #[arg(long, env = "CADENZA_TRIGGER_PARTITIONS", default_value_t = 6,
+          value_parser = clap::value_parser!(i32).range(1..=1024))]
+    trigger_partitions: i32,
+    /// Replication factor of the topics this worker creates when they do not exist yet (the
+    /// trigger topics of the job types it serves, the progress topic).
     #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1,
           value_parser = clap::value_parser!(i32).range(1..))]
     replication_factor: i32,
@@ -157,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
         .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
         .session_timeout(Duration::from_millis(cli.session_timeout_ms))
         .revoke_timeout(Duration::from_millis(cli.revoke_timeout_ms))
+        .trigger_partitions(cli.trigger_partitions)
         .replication_factor(cli.replication_factor)
         .max_in_flight(usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX));
     if let Some(id) = cli.worker_id {
