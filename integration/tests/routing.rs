@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use cadenza_integration::{
-    produce, wait_for, AdminHandle, ApiClient, Cluster, StatusCode, WorkerHandle,
+    produce, topic_partition_count, wait_for, AdminHandle, ApiClient, Cluster, StatusCode,
+    WorkerHandle,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -391,6 +392,20 @@ async fn workers_started_before_any_admin_create_their_topics_and_that_partition
     let workers = spawn_new_type_workers(&cluster, 3, &[("CADENZA_TRIGGER_PARTITIONS", "4")]).await;
     for w in &workers {
         w.wait_for_log("partitions assigned", WAIT).await.unwrap();
+    }
+    // The topics they write to were created as an admin would, not by the broker's
+    // auto-creation with its defaults.
+    let prefix = cluster.topic_prefix();
+    for (topic, partitions) in [
+        (format!("{prefix}.results"), 4),
+        (format!("{prefix}.workers"), 1),
+        (format!("{prefix}.dlq"), 1),
+        (format!("{prefix}.progress"), 1),
+    ] {
+        let found = topic_partition_count(&cluster.brokers(), &topic)
+            .await
+            .unwrap();
+        assert_eq!(found, Some(partitions), "{topic}");
     }
     let admin = cluster
         .spawn_admin(&[("CADENZA_WORKER_DEAD_MS", DEAD_MS)])

@@ -238,18 +238,25 @@ pub fn admin_client_config(config: &WorkerConfig) -> ClientConfig {
     c
 }
 
-/// Create `<prefix>.progress` (one partition) unless it exists.
-pub(crate) async fn ensure_progress_topic(config: &WorkerConfig) -> Result<(), KafkaError> {
+/// Creates the topics every deployment has, unless they exist, as the admin does: the results
+/// topic (`CADENZA_TRIGGER_PARTITIONS` partitions), the workers topic (one partition,
+/// compacted), the DLQ and the progress topic (one partition each). A worker that starts before
+/// any admin thus never has them made by the broker's auto-creation with its defaults (the
+/// workers topic not compacted).
+pub(crate) async fn ensure_base_topics(config: &WorkerConfig) -> Result<(), KafkaError> {
     let admin: AdminClient<DefaultClientContext> = admin_client_config(config).create()?;
-    let topic = config.topics.progress();
-    let new = NewTopic::new(
-        &topic,
-        1,
-        TopicReplication::Fixed(config.replication_factor),
-    );
+    let t = &config.topics;
+    let replication = || TopicReplication::Fixed(config.replication_factor);
+    let (results, workers, dlq, progress) = (t.results(), t.workers(), t.dlq(), t.progress());
+    let topics = [
+        NewTopic::new(&results, config.trigger_partitions, replication()),
+        NewTopic::new(&workers, 1, replication()).set("cleanup.policy", "compact"),
+        NewTopic::new(&dlq, 1, replication()),
+        NewTopic::new(&progress, 1, replication()),
+    ];
     let results = admin
         .create_topics(
-            [&new],
+            &topics,
             &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
         )
         .await?;
@@ -268,7 +275,10 @@ pub fn producer_client_config(config: &WorkerConfig) -> ClientConfig {
     c.set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "1")
-        .set("message.timeout.ms", millis(config.message_timeout));
+        .set("message.timeout.ms", millis(config.message_timeout))
+        // The topics it writes to are created on purpose (see `ensure_base_topics`), never by
+        // the broker with its defaults.
+        .set("allow.auto.create.topics", "false");
     apply_overrides(&mut c, config);
     c
 }

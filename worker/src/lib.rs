@@ -399,9 +399,9 @@ impl Worker {
         let cfg = self.config;
         let topics = &cfg.topics;
         let producer = producer::create(&cfg).map_err(kafka("creating the Kafka producer"))?;
-        config::ensure_progress_topic(&cfg)
-            .await
-            .map_err(kafka("creating the progress topic"))?;
+        config::ensure_base_topics(&cfg).await.map_err(kafka(
+            "creating the results, workers, DLQ and progress topics",
+        ))?;
         let hand_back = CancellationToken::new();
         let abandon = CancellationToken::new();
         let offsets = Arc::new(Mutex::new(offsets::OffsetTracker::new(
