@@ -377,11 +377,18 @@ async fn a_new_job_types_first_runs_are_routed_when_its_workers_started_first() 
     // No job of the type exists yet: the admin has not created its topic.
     let workers = spawn_new_type_workers(&cluster, 3, &[]).await;
     let ids: Vec<String> = workers.iter().map(|w| w.id().to_owned()).collect();
+    // As a user would: wait until the workers show live, nothing more. A worker's first
+    // heartbeat waits for its first assignment and another goes out on every change, so by then
+    // they hold the topic's partitions between them, before any job of the type exists.
     wait_live_serving(api, &ids).await;
-    // The workers hold the topic's partitions between them before any job of the type exists.
     let topic = format!("{}.trigger.{NEW_TYPE}", cluster.topic_prefix());
-    wait_assignment(api, &topic, &ids).await;
     let parts = assignment(api, &topic).await.unwrap();
+    let held: BTreeSet<i64> = parts.values().flatten().copied().collect();
+    assert_eq!(
+        held.len(),
+        6,
+        "live workers hold every partition: {parts:?}"
+    );
     first_runs_follow_round(api, &parts, 6, 24).await;
 }
 

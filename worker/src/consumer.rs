@@ -684,7 +684,7 @@ impl ConsumerContext for ConsumerCtx {
                 for ps in map.values_mut() {
                     ps.sort_unstable();
                 }
-                *lock(&self.assignment) = map;
+                self.assignment.set(map);
             }
             Err(error) => tracing::warn!(%error, "cannot read the consumer's assignment"),
         }

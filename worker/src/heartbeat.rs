@@ -1,7 +1,9 @@
 //! Heartbeats on the compacted topic `<prefix>.workers` (key = worker id): group, job types,
 //! current partition assignment, running jobs with their run counts, capacity, version, start
-//! time and interval (`CADENZA_HEARTBEAT_MS`, default 5 s). A graceful stop writes a tombstone.
-//! The admin routes runs from these (it calls a worker dead after `CADENZA_WORKER_DEAD_MS`).
+//! time and interval (`CADENZA_HEARTBEAT_MS`, default 5 s), and at once when the assignment
+//! changes. The first waits for the first assignment (at most 10 s), so a worker shows live when
+//! it holds partitions. A graceful stop writes a tombstone. The admin routes runs from these (it
+//! calls a worker dead after `CADENZA_WORKER_DEAD_MS`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,6 +12,7 @@ use std::time::Duration;
 use cadenza_schemas::{Heartbeat, JobType, WorkerId};
 use chrono::{DateTime, Utc};
 use rdkafka::error::KafkaError;
+use tokio::sync::Notify;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +22,31 @@ use crate::producer::{produce, Producer, Record};
 
 /// Partitions currently assigned to this worker, per topic (maintained by the consumer's
 /// rebalance callbacks).
-pub(crate) type Assignment = Arc<Mutex<BTreeMap<String, Vec<i32>>>>;
+pub(crate) type Assignment = Arc<Held>;
+
+/// The partitions this worker holds, and a signal when they change: the heartbeat then goes out
+/// at once, so the admin routes to the new holders without waiting for the next interval.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    partitions: Mutex<BTreeMap<String, Vec<i32>>>,
+    changed: Notify,
+}
+
+impl Held {
+    /// Records the current assignment; wakes the heartbeat if it differs from the last one.
+    pub(crate) fn set(&self, partitions: BTreeMap<String, Vec<i32>>) {
+        let mut held = lock(&self.partitions);
+        if *held != partitions {
+            *held = partitions;
+            drop(held);
+            self.changed.notify_one();
+        }
+    }
+
+    pub(crate) fn get(&self) -> BTreeMap<String, Vec<i32>> {
+        lock(&self.partitions).clone()
+    }
+}
 
 /// Why a heartbeat was not delivered.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +78,7 @@ impl HeartbeatSource {
             worker_id: self.worker_id.clone(),
             group: self.group.clone(),
             job_types: self.job_types.clone(),
-            assignments: lock(&self.assignment).clone(),
+            assignments: self.assignment.get(),
             running: self.lanes.running(),
             capacity: self.capacity,
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -61,6 +88,9 @@ impl HeartbeatSource {
         }
     }
 }
+
+/// How long the first heartbeat waits for the worker's first partition assignment.
+const FIRST_BEAT_WAIT: Duration = Duration::from_secs(10);
 
 /// Publishes this worker's heartbeats.
 pub(crate) struct Heartbeater {
@@ -96,15 +126,28 @@ impl Heartbeater {
         self.send(None).await
     }
 
-    /// Beat every interval (the first at once) until `stop`, then write the tombstone.
+    /// Beat every interval (the first at once) and whenever the assignment changes, until
+    /// `stop`, then write the tombstone.
+    ///
+    /// The first beat waits for the first assignment (at most [`FIRST_BEAT_WAIT`]): a worker
+    /// shows live to the admin when it holds its partitions, so runs routed to it from then on
+    /// reach it.
     pub(crate) async fn run(self, stop: CancellationToken) {
         let mut ticker = tokio::time::interval(self.source.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // Stopped meanwhile, the loop ends at once.
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => {}
+            _ = self.source.assignment.changed.notified() => {}
+            _ = tokio::time::sleep(FIRST_BEAT_WAIT) => {}
+        }
         loop {
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
                 _ = ticker.tick() => {}
+                _ = self.source.assignment.changed.notified() => ticker.reset(),
             }
             let beat = tokio::select! {
                 biased;
@@ -134,7 +177,7 @@ mod tests {
         let _a = lanes.admit(JobId(3), TriggerId(1), BlockStrategy::SerialExecution);
         let _b = lanes.admit(JobId(3), TriggerId(2), BlockStrategy::SerialExecution);
         let assignment: Assignment = Arc::default();
-        lock(&assignment).insert("c.trigger.x".into(), vec![0, 2]);
+        assignment.set(BTreeMap::from([("c.trigger.x".into(), vec![0, 2])]));
         let source = HeartbeatSource {
             worker_id: WorkerId("w1".into()),
             group: "billing".into(),
