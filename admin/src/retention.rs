@@ -5,8 +5,9 @@
 //! * starts the next partition when the newest one is a period old (an `ATTACH`, which does
 //!   not block writes), moving the id sequence to it;
 //! * drops a partition whole once the partition after it began more than the retention
-//!   (`CADENZA_RETENTION_MS`, 30 days by default) ago, with the alarms of its runs — no row
-//!   deletes on `triggers`. The daily report keeps its counts.
+//!   (`CADENZA_RETENTION_MS`, 30 days by default) ago, with the alarms of its runs and the
+//!   audit rows of the same block of ids — no row deletes on `triggers`. The daily report
+//!   keeps its counts.
 
 use std::time::Duration;
 
@@ -119,6 +120,10 @@ impl Retention {
                 .execute(&mut *tx)
                 .await?;
             sqlx::query(&format!("DROP TABLE {name}"))
+                .execute(&mut *tx)
+                .await?;
+            // The audit rows of the same block (migration 0009) go with them.
+            sqlx::query(&format!("DROP TABLE IF EXISTS audit_b{block}"))
                 .execute(&mut *tx)
                 .await?;
             let lo = if block == 0 { i64::MIN } else { block * SPAN };

@@ -48,6 +48,11 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// `403 forbidden`: signed in, but the role or job-type patterns do not allow it.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
     fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "request failed");
         Self::new(

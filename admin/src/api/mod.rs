@@ -12,11 +12,13 @@ mod workers;
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use std::collections::HashMap;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::Router;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::PgPool;
@@ -24,6 +26,8 @@ use sqlx::PgPool;
 pub use error::{parse_body, ApiError, ApiResult};
 use input::Params;
 
+use crate::auth::rules::Rule;
+use crate::auth::{secret, Principal};
 use crate::kafka::KafkaClients;
 
 /// What the handlers share.
@@ -38,27 +42,60 @@ pub struct AppState {
 
 pub type Shared = State<Arc<AppState>>;
 
-/// Compares in time independent of where the strings differ.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn auth(State(state): Shared, req: Request, next: Next) -> Response {
-    let Some(token) = state.api_token.as_ref().map(|t| t.expose_secret()) else {
+/// Resolves who makes the request and checks the route's rule ([`rules`]); puts the
+/// [`Principal`] in the request's extensions for the handlers.
+async fn authorize(State(state): Shared, mut req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let Some(path) = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+    else {
+        // No route matched: the fallback answers 404.
         return next.run(req).await;
     };
-    let given = req
-        .headers()
+    let Some(rule) = rule_for(&method, &path) else {
+        tracing::error!(%method, %path, "a route has no authorization rule; refused");
+        return ApiError::forbidden(format!(
+            "{method} {path} has no authorization rule, so nobody may call it"
+        ))
+        .into_response();
+    };
+    let principal = match principal(&state, req.headers()) {
+        Ok(p) => p,
+        Err(e) if rule == Rule::Public => {
+            drop(e);
+            return next.run(req).await;
+        }
+        Err(e) => return e.into_response(),
+    };
+    if !rule.allows(principal.role) {
+        let least = rule.least_role().map_or("nobody", |r| r.as_str());
+        return ApiError::forbidden(format!(
+            "{method} {path} needs the {least} role; {} is {}",
+            principal.actor, principal.role
+        ))
+        .into_response();
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// Who sent `headers`: the service token, or anyone when no token is configured.
+fn principal(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let Some(token) = state.api_token.as_ref().map(|t| t.expose_secret()) else {
+        return Ok(Principal::service());
+    };
+    let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match given {
-        None => ApiError::unauthorized(
+        None => Err(ApiError::unauthorized(
             "missing bearer token: send the header 'Authorization: Bearer <CADENZA_API_TOKEN>'",
-        )
-        .into_response(),
-        Some(g) if same_secret(g.trim().as_bytes(), token.as_bytes()) => next.run(req).await,
-        Some(_) => ApiError::unauthorized("the bearer token is not valid").into_response(),
+        )),
+        Some(g) if secret::same(g.trim().as_bytes(), token.as_bytes()) => Ok(Principal::service()),
+        Some(_) => Err(ApiError::unauthorized("the bearer token is not valid")),
     }
 }
 
@@ -93,24 +130,64 @@ async fn fallback() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
 }
 
+type Handler = MethodRouter<Arc<AppState>>;
+
+/// Every `/api` route: method, path (under `/api`), who may call it, handler. The router is
+/// built from this table and the authorization layer reads its rules.
+fn routes() -> Vec<(Method, &'static str, Rule, Handler)> {
+    use Rule::*;
+    vec![
+        (Method::POST, "/jobs", Write, post(jobs::create)),
+        (Method::GET, "/jobs", Read, get(jobs::list)),
+        (Method::GET, "/jobs/{id}", Read, get(jobs::get)),
+        (Method::PATCH, "/jobs/{id}", Write, patch(jobs::update)),
+        (Method::DELETE, "/jobs/{id}", Write, delete(jobs::delete)),
+        (Method::POST, "/jobs/{id}/enable", Write, post(jobs::enable)),
+        (
+            Method::POST,
+            "/jobs/{id}/disable",
+            Write,
+            post(jobs::disable),
+        ),
+        (
+            Method::POST,
+            "/jobs/{id}/trigger",
+            Write,
+            post(jobs::trigger),
+        ),
+        (Method::GET, "/triggers", Read, get(triggers::list)),
+        (Method::GET, "/triggers/{id}", Read, get(triggers::get)),
+        (Method::GET, "/workers", Read, get(workers::list)),
+        (Method::GET, "/alarms", Read, get(alarms::list)),
+        (Method::POST, "/replay", Write, post(replay::create)),
+        (Method::GET, "/report", Read, get(report::daily)),
+    ]
+}
+
+/// The route table's rules: (method, full path such as `/api/jobs/{id}`, rule).
+pub fn rules() -> Vec<(Method, String, Rule)> {
+    routes()
+        .into_iter()
+        .map(|(m, p, r, _)| (m, format!("/api{p}"), r))
+        .collect()
+}
+
+fn rule_for(method: &Method, path: &str) -> Option<Rule> {
+    static RULES: std::sync::OnceLock<HashMap<(Method, String), Rule>> = std::sync::OnceLock::new();
+    RULES
+        .get_or_init(|| rules().into_iter().map(|(m, p, r)| ((m, p), r)).collect())
+        .get(&(method.clone(), path.to_owned()))
+        .copied()
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
-    let api = Router::new()
-        .route("/jobs", post(jobs::create).get(jobs::list))
-        .route(
-            "/jobs/{id}",
-            get(jobs::get).patch(jobs::update).delete(jobs::delete),
-        )
-        .route("/jobs/{id}/enable", post(jobs::enable))
-        .route("/jobs/{id}/disable", post(jobs::disable))
-        .route("/jobs/{id}/trigger", post(jobs::trigger))
-        .route("/triggers", get(triggers::list))
-        .route("/triggers/{id}", get(triggers::get))
-        .route("/workers", get(workers::list))
-        .route("/alarms", get(alarms::list))
-        .route("/replay", post(replay::create))
-        .route("/report", get(report::daily))
+    let api = routes()
+        .into_iter()
+        .fold(Router::new(), |api, (_, path, _, handler)| {
+            api.route(path, handler)
+        })
         .fallback(fallback)
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
         // Outside authentication: every answer goes to a client that has sent its whole body.
         .layer(middleware::from_fn(input::limit_body));
     Router::new()

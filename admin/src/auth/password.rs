@@ -1,0 +1,98 @@
+//! Password hashes: argon2id (RFC 9106) in PHC string form, with OWASP's recommended minimum
+//! parameters: 19 MiB of memory, 2 iterations, 1 lane, a 16-byte random salt and a 32-byte
+//! output. The parameters are stored in each hash, so raising them later leaves older hashes
+//! verifiable. No password is stored, logged or returned in any other form.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Algorithm, Argon2, Params, Version};
+use rand::RngCore;
+
+/// Memory cost in KiB (19 MiB).
+pub const MEMORY_KIB: u32 = 19 * 1024;
+/// Iterations.
+pub const ITERATIONS: u32 = 2;
+/// Lanes.
+pub const LANES: u32 = 1;
+/// Shortest password accepted.
+pub const MIN_LENGTH: usize = 10;
+/// Longest password accepted (hashing cost is bounded by the parameters, not the length, but
+/// nobody needs more).
+pub const MAX_LENGTH: usize = 1024;
+
+fn hasher() -> Result<Argon2<'static>, argon2::Error> {
+    let params = Params::new(MEMORY_KIB, ITERATIONS, LANES, Some(32))?;
+    Ok(Argon2::new(Algorithm::Argon2id, Version::V0x13, params))
+}
+
+/// Why a password is not acceptable, as a sentence.
+pub fn check(password: &str) -> Result<(), String> {
+    let n = password.chars().count();
+    if n < MIN_LENGTH {
+        return Err(format!("must be at least {MIN_LENGTH} characters long"));
+    }
+    if password.len() > MAX_LENGTH {
+        return Err(format!("must be at most {MAX_LENGTH} bytes long"));
+    }
+    if password.contains('\0') {
+        return Err("must not contain a NUL character".into());
+    }
+    Ok(())
+}
+
+/// The PHC string of `password` with a fresh salt. CPU-heavy (tens of ms): call it off the
+/// async executor.
+pub fn hash(password: &str) -> anyhow::Result<String> {
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let salt = SaltString::encode_b64(&salt).map_err(|e| anyhow::anyhow!("salt: {e}"))?;
+    let hashed = hasher()
+        .map_err(|e| anyhow::anyhow!("argon2 parameters: {e}"))?
+        .hash_password(password.as_bytes(), &salt)
+        .map_err(|e| anyhow::anyhow!("hashing a password: {e}"))?;
+    Ok(hashed.to_string())
+}
+
+/// Whether `password` matches the stored `phc` string (false for a malformed one).
+/// CPU-heavy: call it off the async executor.
+pub fn verify(password: &str, phc: &str) -> bool {
+    let Ok(parsed) = PasswordHash::new(phc) else {
+        return false;
+    };
+    Argon2::default()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok()
+}
+
+/// A hash of a password nobody knows, verified when a login names no existing user, so that the
+/// answer takes as long as for a wrong password.
+pub fn decoy() -> &'static str {
+    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DECOY.get_or_init(|| {
+        let mut secret = [0u8; 32];
+        rand::rng().fill_bytes(&mut secret);
+        let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        hash(&secret).unwrap_or_default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hash_verifies_its_password_only_and_names_argon2id() {
+        let h = hash("correct horse battery").unwrap();
+        assert!(h.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{h}");
+        assert!(verify("correct horse battery", &h));
+        assert!(!verify("correct horse batterY", &h));
+        assert!(!verify("correct horse battery", "not a hash"));
+        assert_ne!(h, hash("correct horse battery").unwrap(), "salted");
+    }
+
+    #[test]
+    fn weak_passwords_are_refused_with_the_reason() {
+        assert!(check("short").unwrap_err().contains("at least 10"));
+        assert!(check("long enough!").is_ok());
+        assert!(check(&"x".repeat(2000)).is_err());
+    }
+}
