@@ -62,6 +62,7 @@ CREATE TABLE audit (
     action   TEXT NOT NULL,
     outcome  TEXT NOT NULL CHECK (outcome IN ('done', 'refused')),
     job_id   BIGINT,
+    job_type TEXT,
     target   TEXT,
     before   JSONB,
     after    JSONB,

@@ -6,6 +6,32 @@ use std::time::Duration;
 use clap::Parser;
 use secrecy::SecretString;
 
+/// One-off commands of `cadenza-admin`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AdminCommand {
+    /// Users of the API and console.
+    #[command(subcommand)]
+    Users(UsersCommand),
+}
+
+/// `cadenza-admin users …`
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum UsersCommand {
+    /// Create a user. The password is read from standard input (its first line), so it appears
+    /// neither in the shell history nor in the process list.
+    Create {
+        /// The user's name (what they sign in with).
+        #[arg(long)]
+        name: String,
+        /// admin, operator or viewer.
+        #[arg(long, value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<crate::auth::Role>()))]
+        role: crate::auth::Role,
+        /// Job-type patterns an operator or viewer is granted, comma separated (`billing.*`).
+        #[arg(long = "job-types", value_delimiter = ',')]
+        job_types: Vec<String>,
+    },
+}
+
 /// `cadenza-admin`: schedules jobs from PostgreSQL onto Kafka and serves the HTTP API.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "cadenza-admin", version, about)]
@@ -22,6 +48,16 @@ pub struct AdminConfig {
     /// which is allowed only when CADENZA_LISTEN is a loopback address.
     #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true, value_parser = api_token)]
     pub api_token: Option<SecretString>,
+
+    /// The first admin, as NAME:PASSWORD: created at start when no user exists, ignored (with a
+    /// log line) once one does. Prefer `cadenza-admin users create`, which reads the password
+    /// from standard input.
+    #[arg(long, env = "CADENZA_BOOTSTRAP_ADMIN", hide_env_values = true, value_parser = secret)]
+    pub bootstrap_admin: Option<SecretString>,
+
+    /// A one-off command instead of running the admin.
+    #[command(subcommand)]
+    pub command: Option<AdminCommand>,
 
     /// Address of the HTTP API. Beyond loopback (127.0.0.1, ::1) it needs CADENZA_API_TOKEN.
     #[arg(long, env = "CADENZA_LISTEN", default_value = "127.0.0.1:8080")]

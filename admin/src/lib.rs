@@ -32,6 +32,7 @@ pub mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
+pub mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +66,39 @@ pub(crate) async fn every<F, Fut>(
                     tracing::warn!(error = %e, "{what} failed; trying again next round");
                 }
             }
+        }
+    }
+}
+
+/// Runs a one-off command (`cadenza-admin users create …`); `input` gives the password.
+pub async fn run_command(
+    config: &AdminConfig,
+    command: &config::AdminCommand,
+    input: impl std::io::BufRead,
+) -> anyhow::Result<String> {
+    let pool = db::pool(config.database_url.expose_secret(), 5_000)?;
+    db::migrate(&pool).await?;
+    match command {
+        config::AdminCommand::Users(config::UsersCommand::Create {
+            name,
+            role,
+            job_types,
+        }) => {
+            let password = input
+                .lines()
+                .next()
+                .transpose()?
+                .ok_or_else(|| anyhow::anyhow!("password: none given on standard input"))?;
+            let user = users::NewUser {
+                name: name.clone(),
+                role: *role,
+                job_types: job_types.clone(),
+                password: password.trim_end_matches(['\r', '\n']).to_owned(),
+            };
+            let id = users::create(&pool, &user, false)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("the user was not created"))?;
+            Ok(format!("created user {name} ({role}), id {id}"))
         }
     }
 }
@@ -104,6 +138,9 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         }
     }
     let shard_count = db::ensure_shard_count(&pool, config.shard_count).await?;
+    if let Some(spec) = &config.bootstrap_admin {
+        users::bootstrap(&pool, spec.expose_secret()).await?;
+    }
 
     let kafka = Arc::new(KafkaClients::new(KafkaSettings {
         brokers: config.brokers.clone(),
@@ -172,9 +209,12 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     });
     let app = api::router(state);
     let api_shutdown = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
-        .await?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+    .await?;
 
     tracker.close();
     if tokio::time::timeout(Duration::from_secs(20), tracker.wait())

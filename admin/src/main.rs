@@ -12,6 +12,11 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let config = cadenza_admin::config::AdminConfig::parse();
+    if let Some(command) = &config.command {
+        let done = cadenza_admin::run_command(&config, command, std::io::stdin().lock()).await?;
+        println!("{done}");
+        return Ok(());
+    }
     let shutdown = CancellationToken::new();
     let mut term = signal(SignalKind::terminate())?;
     let trigger = shutdown.clone();

@@ -7,6 +7,8 @@ mod input;
 mod jobs;
 mod replay;
 mod report;
+mod session;
+mod tokens;
 mod triggers;
 mod workers;
 
@@ -15,19 +17,19 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post, MethodRouter};
 use axum::Router;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use sqlx::PgPool;
 
 pub use error::{parse_body, ApiError, ApiResult};
 use input::Params;
 
 use crate::auth::rules::Rule;
-use crate::auth::{secret, Principal};
+
 use crate::kafka::KafkaClients;
 
 /// What the handlers share.
@@ -61,12 +63,9 @@ async fn authorize(State(state): Shared, mut req: Request, next: Next) -> Respon
         ))
         .into_response();
     };
-    let principal = match principal(&state, req.headers()) {
+    let principal = match session::principal(&state, req.headers()).await {
         Ok(p) => p,
-        Err(e) if rule == Rule::Public => {
-            drop(e);
-            return next.run(req).await;
-        }
+        Err(_) if rule == Rule::Public => return next.run(req).await,
         Err(e) => return e.into_response(),
     };
     if !rule.allows(principal.role) {
@@ -77,26 +76,13 @@ async fn authorize(State(state): Shared, mut req: Request, next: Next) -> Respon
         ))
         .into_response();
     }
+    if !matches!(method, Method::GET | Method::HEAD) && rule != Rule::Public {
+        if let Err(e) = session::check_csrf(&principal, req.headers()) {
+            return e.into_response();
+        }
+    }
     req.extensions_mut().insert(principal);
     next.run(req).await
-}
-
-/// Who sent `headers`: the service token, or anyone when no token is configured.
-fn principal(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiError> {
-    let Some(token) = state.api_token.as_ref().map(|t| t.expose_secret()) else {
-        return Ok(Principal::service());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        None => Err(ApiError::unauthorized(
-            "missing bearer token: send the header 'Authorization: Bearer <CADENZA_API_TOKEN>'",
-        )),
-        Some(g) if secret::same(g.trim().as_bytes(), token.as_bytes()) => Ok(Principal::service()),
-        Some(_) => Err(ApiError::unauthorized("the bearer token is not valid")),
-    }
 }
 
 async fn healthz() -> &'static str {
@@ -137,6 +123,17 @@ type Handler = MethodRouter<Arc<AppState>>;
 fn routes() -> Vec<(Method, &'static str, Rule, Handler)> {
     use Rule::*;
     vec![
+        (Method::POST, "/session", Public, post(session::login)),
+        (Method::GET, "/session", SignedIn, get(session::whoami)),
+        (Method::DELETE, "/session", Public, delete(session::logout)),
+        (Method::POST, "/tokens", SignedIn, post(tokens::create)),
+        (Method::GET, "/tokens", SignedIn, get(tokens::list)),
+        (
+            Method::DELETE,
+            "/tokens/{id}",
+            SignedIn,
+            delete(tokens::revoke),
+        ),
         (Method::POST, "/jobs", Write, post(jobs::create)),
         (Method::GET, "/jobs", Read, get(jobs::list)),
         (Method::GET, "/jobs/{id}", Read, get(jobs::get)),

@@ -1,0 +1,264 @@
+//! Who makes a request (service token, personal API token or session cookie), signing in and
+//! out, and the throttle of failed sign-ins.
+
+use axum::extract::ConnectInfo;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::{DateTime, Utc};
+use secrecy::ExposeSecret;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{parse_body, ApiError, ApiResult, AppState, Shared};
+use crate::auth::{password, secret, Principal, Role, Via};
+
+/// The session cookie's name.
+pub const COOKIE: &str = "cadenza_session";
+/// The header a cookie-authenticated write carries its CSRF token in.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// How long a session lasts.
+const SESSION_HOURS: i64 = 12;
+/// Failed sign-ins (per user name, and per client address) allowed before they are slowed.
+const FREE_FAILURES: i32 = 5;
+/// The longest wait imposed after failed sign-ins.
+const MAX_WAIT_S: i64 = 300;
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+#[derive(sqlx::FromRow)]
+struct Found {
+    user_id: i64,
+    name: String,
+    role: String,
+    job_types: Vec<String>,
+    extra: String,
+}
+
+fn to_principal(found: Found, via: impl FnOnce(String) -> Via) -> ApiResult<Principal> {
+    let role: Role = found
+        .role
+        .parse()
+        .map_err(|e: String| ApiError::from(anyhow::anyhow!(e)))?;
+    Ok(Principal {
+        actor: found.name,
+        user_id: Some(found.user_id),
+        role,
+        patterns: found.job_types,
+        via: via(found.extra),
+    })
+}
+
+/// Who sent `headers`. Without `CADENZA_API_TOKEN`, a request with no credentials acts as the
+/// service (the admin then listens on loopback only).
+pub(super) async fn principal(state: &AppState, headers: &HeaderMap) -> ApiResult<Principal> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    if let Some(given) = bearer {
+        if let Some(service) = &state.api_token {
+            if secret::same(given.as_bytes(), service.expose_secret().as_bytes()) {
+                return Ok(Principal::service());
+            }
+        }
+        if given.starts_with(secret::TOKEN_PREFIX) {
+            let found: Option<Found> = sqlx::query_as(sql!("auth/token_principal"))
+                .bind(secret::digest(given))
+                .fetch_optional(&state.pool)
+                .await?;
+            if let Some(found) = found {
+                return to_principal(found, |id| Via::Token(id.parse().unwrap_or_default()));
+            }
+        }
+        return Err(ApiError::unauthorized(
+            "the bearer token is not valid (unknown, expired or revoked)",
+        ));
+    }
+    if let Some(cookie) = cookie_value(headers, COOKIE) {
+        let found: Option<Found> = sqlx::query_as(sql!("auth/session_principal"))
+            .bind(secret::digest(&cookie))
+            .fetch_optional(&state.pool)
+            .await?;
+        return match found {
+            Some(found) => to_principal(found, |csrf| Via::Session { csrf }),
+            None => Err(ApiError::unauthorized(
+                "the session has ended: sign in again (POST /api/session)",
+            )),
+        };
+    }
+    if state.api_token.is_none() {
+        return Ok(Principal::service());
+    }
+    Err(ApiError::unauthorized(
+        "sign in: send 'Authorization: Bearer <token>' (CADENZA_API_TOKEN or a personal API token) or a session cookie from POST /api/session",
+    ))
+}
+
+/// A write made with a session cookie must carry the session's CSRF token.
+pub(super) fn check_csrf(principal: &Principal, headers: &HeaderMap) -> ApiResult<()> {
+    let Via::Session { csrf } = &principal.via else {
+        return Ok(());
+    };
+    let given = headers
+        .get(CSRF_HEADER)
+        .map(HeaderValue::as_bytes)
+        .unwrap_or_default();
+    if secret::same(given, csrf.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "csrf_required",
+            "a write made with a session cookie needs the session's CSRF token in the X-CSRF-Token header",
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Login {
+    name: String,
+    password: String,
+}
+
+fn client_address(connect: Option<&ConnectInfo<std::net::SocketAddr>>) -> String {
+    connect.map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
+}
+
+/// How many seconds a sign-in for these throttle keys must still wait.
+async fn wait_needed(state: &AppState, keys: &[String]) -> ApiResult<i64> {
+    let wait: Option<f64> = sqlx::query_scalar(sql!("auth/login_wait"))
+        .bind(keys)
+        .bind(FREE_FAILURES)
+        .bind(MAX_WAIT_S as f64)
+        .fetch_one(&state.pool)
+        .await?;
+    Ok(wait.map_or(0, |w| w.ceil() as i64))
+}
+
+/// `POST /api/session`: signs in with a name and password; sets the session cookie (HttpOnly,
+/// SameSite=Strict) and returns the CSRF token for writes.
+pub async fn login(
+    state: Shared,
+    connect: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    let req: Login = parse_body(&body)?;
+    let address = client_address(connect.as_ref().map(|c| &c.0));
+    let keys = vec![
+        format!("user:{}", req.name.to_lowercase()),
+        format!("addr:{address}"),
+    ];
+    let wait = wait_needed(&state, &keys).await?;
+    if wait > 0 {
+        tracing::warn!(user = %req.name, %address, wait_s = wait, "sign-in refused: too many failures");
+        let mut resp = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_attempts",
+            format!("too many failed sign-ins; try again in {wait} s"),
+        )
+        .into_response();
+        if let Ok(v) = HeaderValue::from_str(&wait.to_string()) {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Ok(resp);
+    }
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: i64,
+        name: String,
+        role: String,
+        job_types: Vec<String>,
+        password_hash: String,
+    }
+    let user: Option<Row> = sqlx::query_as(
+        "SELECT id, name, role, job_types, password_hash FROM users WHERE lower(name) = lower($1)",
+    )
+    .bind(&req.name)
+    .fetch_optional(&state.pool)
+    .await?;
+    // A name that does not exist costs as much as a wrong password, and answers the same.
+    let phc = user
+        .as_ref()
+        .map_or_else(|| password::decoy().to_owned(), |u| u.password_hash.clone());
+    let given = req.password.clone();
+    let ok = tokio::task::spawn_blocking(move || password::verify(&given, &phc))
+        .await
+        .map_err(anyhow::Error::from)?;
+    let user = match user {
+        Some(u) if ok => u,
+        _ => {
+            sqlx::query(sql!("auth/login_failed"))
+                .bind(&keys)
+                .execute(&state.pool)
+                .await?;
+            tracing::warn!(user = %req.name, %address, "sign-in failed");
+            return Err(ApiError::unauthorized("the name or the password is wrong"));
+        }
+    };
+    let cookie = secret::random_hex();
+    let csrf = secret::random_hex();
+    let expires: DateTime<Utc> = sqlx::query_scalar(sql!("auth/session_create"))
+        .bind(secret::digest(&cookie))
+        .bind(user.id)
+        .bind(&csrf)
+        .bind((SESSION_HOURS * 3600) as f64)
+        .bind(&keys[..1])
+        .fetch_one(&state.pool)
+        .await?;
+    tracing::info!(user = %user.name, %address, "signed in");
+    let set_cookie = format!(
+        "{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        SESSION_HOURS * 3600
+    );
+    let mut resp = Json(json!({
+        "user": {"id": user.id, "name": user.name, "role": user.role, "job_types": user.job_types},
+        "csrf_token": csrf,
+        "expires_at": expires,
+    }))
+    .into_response();
+    if let Ok(v) = HeaderValue::from_str(&set_cookie) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(resp)
+}
+
+/// `GET /api/session`: who the request is made as.
+pub async fn whoami(Extension(p): Extension<Principal>) -> Json<serde_json::Value> {
+    let via = match &p.via {
+        Via::Service => "service_token",
+        Via::Token(_) => "api_token",
+        Via::Session { .. } => "session",
+    };
+    Json(json!({
+        "actor": p.actor, "user_id": p.user_id, "role": p.role, "job_types": p.patterns, "via": via,
+    }))
+}
+
+/// `DELETE /api/session`: signs out (ends the session of the cookie).
+pub async fn logout(state: Shared, headers: HeaderMap) -> ApiResult<Response> {
+    if let Some(cookie) = cookie_value(&headers, COOKIE) {
+        sqlx::query("DELETE FROM sessions WHERE hash = $1")
+            .bind(secret::digest(&cookie))
+            .execute(&state.pool)
+            .await?;
+    }
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("cadenza_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    Ok(resp)
+}

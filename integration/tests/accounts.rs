@@ -1,0 +1,313 @@
+//! Users, sign-in, sessions with CSRF, personal API tokens and roles, against a real admin.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use cadenza_integration::{cadenza_bin, ApiClient, Cluster, StatusCode};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+/// `cadenza-admin users create …` with `password` on stdin: (exit code, stdout, stderr).
+async fn create_user(cluster: &Cluster, args: &[&str], password: &str) -> (i32, String, String) {
+    let mut cmd = tokio::process::Command::new(cadenza_bin("cadenza-admin").unwrap());
+    cmd.args(["users", "create"])
+        .args(args)
+        .env("CADENZA_DATABASE_URL", cluster.database_url())
+        .env_remove("CADENZA_BOOTSTRAP_ADMIN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{password}\n").as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A client that keeps cookies, as a browser does.
+fn browser() -> reqwest::Client {
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[tokio::test]
+async fn users_sign_in_with_sessions_and_tokens_and_roles_limit_them() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[("CADENZA_BOOTSTRAP_ADMIN", "root:first admin pw")])
+        .await
+        .unwrap();
+    let base = admin.base_url().to_owned();
+    let url = |p: &str| format!("{base}{p}");
+
+    // Users from the command line, the password on stdin; bad input names the field.
+    let (code, out, err) = create_user(
+        &cluster,
+        &[
+            "--name",
+            "vera",
+            "--role",
+            "viewer",
+            "--job-types",
+            "billing.*",
+        ],
+        "viewer password",
+    )
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("created user vera (viewer)"), "{out}");
+    let (code, _, err) = create_user(
+        &cluster,
+        &[
+            "--name",
+            "olga",
+            "--role",
+            "operator",
+            "--job-types",
+            "billing.*",
+        ],
+        "short",
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("password") && err.contains("at least 10"),
+        "{err}"
+    );
+    let (code, _, err) = create_user(
+        &cluster,
+        &["--name", "vera", "--role", "viewer"],
+        "another long one",
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(err.contains("exists already"), "{err}");
+    let (code, _, err) = create_user(
+        &cluster,
+        &["--name", "x", "--role", "boss"],
+        "long enough pw",
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--role") && err.contains("admin, operator or viewer"),
+        "{err}"
+    );
+
+    // The bootstrap admin signs in: an HttpOnly, SameSite=Strict cookie and a CSRF token.
+    let root = browser();
+    let resp = root
+        .post(url("/api/session"))
+        .json(&json!({"name": "root", "password": "first admin pw"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cookie = resp
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session: Value = resp.json().await.unwrap();
+    let csrf = session["csrf_token"].as_str().unwrap().to_owned();
+    assert_eq!(session["user"]["role"], "admin");
+    let (status, me) = send(root.get(url("/api/session"))).await;
+    assert_eq!(
+        (status, &me["actor"], &me["via"]),
+        (StatusCode::OK, &json!("root"), &json!("session"))
+    );
+
+    // A write with the cookie but without the CSRF token is refused and writes nothing.
+    let job = json!({"name": "j", "job_type": "billing.x", "schedule": {"kind": "none"}});
+    let (status, err) = send(root.post(url("/api/jobs")).json(&job)).await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("csrf_required")),
+        "{err}"
+    );
+    let (status, created) = send(
+        root.post(url("/api/jobs"))
+            .header("X-CSRF-Token", &csrf)
+            .json(&job),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+
+    // Wrong password and unknown user answer alike.
+    let anon = browser();
+    let (s1, e1) = send(
+        anon.post(url("/api/session"))
+            .json(&json!({"name": "root", "password": "wrong password"})),
+    )
+    .await;
+    let (s2, e2) = send(
+        anon.post(url("/api/session"))
+            .json(&json!({"name": "nobody", "password": "wrong password"})),
+    )
+    .await;
+    assert_eq!(
+        (s1, s2),
+        (StatusCode::UNAUTHORIZED, StatusCode::UNAUTHORIZED)
+    );
+    assert_eq!(e1, e2, "the answer never says whether the user exists");
+    assert!(
+        !e1.to_string().contains("wrong password"),
+        "no password echoed: {e1}"
+    );
+
+    // A viewer signs in, reads, and may not write.
+    let vera = browser();
+    let (status, v) = send(
+        vera.post(url("/api/session"))
+            .json(&json!({"name": "vera", "password": "viewer password"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    let vcsrf = v["csrf_token"].as_str().unwrap().to_owned();
+    let (status, _) = send(vera.get(url("/api/jobs"))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, err) = send(
+        vera.post(url("/api/jobs"))
+            .header("X-CSRF-Token", &vcsrf)
+            .json(&job),
+    )
+    .await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("forbidden")),
+        "{err}"
+    );
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("operator"),
+        "{err}"
+    );
+
+    // A personal token: shown once, acts as its owner, listed without its secret, revoked.
+    let (status, t) = send(
+        vera.post(url("/api/tokens"))
+            .header("X-CSRF-Token", &vcsrf)
+            .json(&json!({"name": "ci", "expires_in_days": 30})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{t}");
+    let token = t["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("cdz_"));
+    let as_token = ApiClient::new(base.clone(), Some(token.clone())).unwrap();
+    let (status, me) = as_token.get_json("/api/session").await.unwrap();
+    assert_eq!(
+        (status, &me["actor"], &me["role"], &me["via"]),
+        (
+            StatusCode::OK,
+            &json!("vera"),
+            &json!("viewer"),
+            &json!("api_token")
+        )
+    );
+    let (status, err) = as_token.post_json("/api/jobs", &job).await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("forbidden"))
+    );
+    let (_, list) = send(vera.get(url("/api/tokens"))).await;
+    assert_eq!(list["tokens"].as_array().unwrap().len(), 1, "{list}");
+    assert!(
+        !list.to_string().contains(&token),
+        "the secret is shown once only"
+    );
+    let id = t["id"].as_i64().unwrap();
+    // Another user's token cannot be revoked by a viewer; the admin can.
+    let (status, _) = send(
+        root.delete(url(&format!("/api/tokens/{id}")))
+            .header("X-CSRF-Token", &csrf),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, err) = as_token.get_json("/api/session").await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::UNAUTHORIZED, &json!("unauthorized"))
+    );
+
+    // An expired token is refused.
+    let (_, t2) = send(
+        vera.post(url("/api/tokens"))
+            .header("X-CSRF-Token", &vcsrf)
+            .json(&json!({"name": "short-lived", "expires_in_days": 1})),
+    )
+    .await;
+    let pool = cluster.pool().await.unwrap();
+    sqlx::query("UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(t2["id"].as_i64().unwrap())
+        .execute(&pool)
+        .await
+        .unwrap();
+    let expired = ApiClient::new(base.clone(), t2["token"].as_str().map(str::to_owned)).unwrap();
+    let (status, _) = expired.get_json("/api/jobs").await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // Signing out ends the session.
+    let (status, _) = send(vera.delete(url("/api/session"))).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = send(vera.get(url("/api/jobs"))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // Guessing is slowed: after five failures for a name, even the right password waits.
+    for _ in 0..5 {
+        let (s, _) = send(
+            anon.post(url("/api/session"))
+                .json(&json!({"name": "vera", "password": "not it at all"})),
+        )
+        .await;
+        assert_ne!(s, StatusCode::OK);
+    }
+    let (status, err) = send(
+        anon.post(url("/api/session"))
+            .json(&json!({"name": "vera", "password": "viewer password"})),
+    )
+    .await;
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::TOO_MANY_REQUESTS, &json!("too_many_attempts")),
+        "{err}"
+    );
+    // No password appears in the admin's log.
+    let log = admin.log();
+    for pw in ["first admin pw", "viewer password", "not it at all"] {
+        assert!(!log.contains(pw), "a password in the log");
+    }
+}
