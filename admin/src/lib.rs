@@ -18,6 +18,7 @@ macro_rules! sql {
 
 pub mod alarm;
 pub mod api;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod config;

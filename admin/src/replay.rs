@@ -246,6 +246,7 @@ pub async fn replay(
     pool: &PgPool,
     kafka: &KafkaClients,
     req: &ReplayRequest,
+    actor: &crate::audit::Actor,
 ) -> Result<ReplayOutcome, ReplayError> {
     let partitions: Option<i32> = sqlx::query_scalar(sql!("jobs/job_type_partitions"))
         .bind(req.job_type.as_str())
@@ -333,9 +334,10 @@ pub async fn replay(
     }
     // The audit keeps the request as given (plain data: serialising it cannot fail).
     let request = serde_json::to_value(req).unwrap_or_default();
+    let mut tx = pool.begin().await?;
     let rows: Vec<(i64, i64, i64, bool)> = sqlx::query_as(sql!("replay/insert"))
         .bind(req.job_type.as_str())
-        .bind(sqlx::types::Json(request))
+        .bind(sqlx::types::Json(request.clone()))
         .bind(i32::try_from(found.len()).unwrap_or(i32::MAX))
         .bind(found.iter().map(|f| f.run.original_id).collect::<Vec<_>>())
         .bind(found.iter().map(|f| f.run.job_id).collect::<Vec<_>>())
@@ -349,8 +351,19 @@ pub async fn replay(
                 .collect::<Vec<_>>(),
         )
         .bind(found.iter().map(|f| f.shard_total).collect::<Vec<_>>())
-        .fetch_all(pool)
+        .fetch_all(&mut *tx)
         .await?;
+    let replay_id = rows.first().map(|r| r.0);
+    crate::audit::done(
+        &mut tx,
+        actor,
+        crate::audit::Entry::new("replay")
+            .target(format!("replay {}", replay_id.unwrap_or_default()))
+            .detail(format!("{} runs of job type {}", rows.len(), req.job_type))
+            .after(request),
+    )
+    .await?;
+    tx.commit().await?;
     let new: std::collections::HashMap<i64, i64> = rows
         .iter()
         .map(|(_, parent, id, _)| (*parent, *id))

@@ -311,3 +311,180 @@ async fn users_sign_in_with_sessions_and_tokens_and_roles_limit_them() {
         assert!(!log.contains(pw), "a password in the log");
     }
 }
+
+/// Signs `name` in and creates a personal token for them: a client using it.
+async fn token_client(base: &str, name: &str, password: &str) -> ApiClient {
+    let b = browser();
+    let (status, s) = send(
+        b.post(format!("{base}/api/session"))
+            .json(&json!({"name": name, "password": password})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{s}");
+    let csrf = s["csrf_token"].as_str().unwrap().to_owned();
+    let (status, t) = send(
+        b.post(format!("{base}/api/tokens"))
+            .header("X-CSRF-Token", csrf)
+            .json(&json!({"name": "test"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{t}");
+    ApiClient::new(base.to_owned(), t["token"].as_str().map(str::to_owned)).unwrap()
+}
+
+#[tokio::test]
+async fn operators_act_only_within_their_patterns_and_every_write_is_audited() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let base = admin.base_url().to_owned();
+    let root = admin.api();
+    for (name, role, pw) in [
+        ("olga", "operator", "operator password"),
+        ("vera", "viewer", "viewer password"),
+    ] {
+        let (code, out, err) = create_user(
+            &cluster,
+            &["--name", name, "--role", role, "--job-types", "billing.*"],
+            pw,
+        )
+        .await;
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let olga = token_client(&base, "olga", "operator password").await;
+    let vera = token_client(&base, "vera", "viewer password").await;
+    let job = |name: &str, job_type: &str| json!({"name": name, "job_type": job_type, "schedule": {"kind": "none"}, "params": "p1"});
+    let billing = root
+        .create_job(&job("invoice", "billing.invoice"))
+        .await
+        .unwrap();
+    let ops = root
+        .create_job(&job("cleanup", "ops.cleanup"))
+        .await
+        .unwrap();
+
+    // Reads are scoped: the other job is neither listed nor readable.
+    let (_, list) = olga.get_json("/api/jobs").await.unwrap();
+    let ids: Vec<i64> = list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [billing], "{list}");
+    let (status, err) = vera.get_json(&format!("/api/jobs/{ops}")).await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("forbidden")),
+        "{err}"
+    );
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("billing.*"),
+        "{err}"
+    );
+
+    // Writes inside the patterns pass; outside (including moving a job out) are 403.
+    let (status, _) = olga
+        .patch_json(&format!("/api/jobs/{billing}"), &json!({"params": "p2"}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = olga
+        .post_json("/api/jobs", &job("new", "billing.refund"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = olga
+        .post_empty(&format!("/api/jobs/{billing}/trigger"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED);
+    for (what, (status, body)) in [
+        ("patch outside", olga.patch_json(&format!("/api/jobs/{ops}"), &json!({"params": "x"})).await.unwrap()),
+        ("move out", olga.patch_json(&format!("/api/jobs/{billing}"), &json!({"job_type": "ops.moved"})).await.unwrap()),
+        ("create outside", olga.post_json("/api/jobs", &job("x", "ops.x")).await.unwrap()),
+        ("trigger outside", olga.post_empty(&format!("/api/jobs/{ops}/trigger")).await.unwrap()),
+        ("delete outside", olga.delete(&format!("/api/jobs/{ops}")).await.unwrap()),
+        ("replay outside", olga.post_json("/api/replay", &json!({"job_type": "ops.cleanup", "partitions": [{"partition": 0, "from_offset": 0, "to_offset": 1}]})).await.unwrap()),
+        ("viewer write", vera.post_empty(&format!("/api/jobs/{billing}/disable")).await.unwrap()),
+    ] {
+        assert_eq!((status, &body["error"]["code"]), (StatusCode::FORBIDDEN, &json!("forbidden")), "{what}: {body}");
+    }
+    // Nothing changed outside.
+    let (_, cleanup) = root.get_json(&format!("/api/jobs/{ops}")).await.unwrap();
+    assert_eq!(
+        (&cleanup["params"], &cleanup["job_type"]),
+        (&json!("p1"), &json!("ops.cleanup"))
+    );
+    let (_, invoice) = root
+        .get_json(&format!("/api/jobs/{billing}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            &invoice["params"],
+            &invoice["job_type"],
+            &invoice["enabled"]
+        ),
+        (&json!("p2"), &json!("billing.invoice"), &json!(true))
+    );
+
+    // A change that fails leaves no audit row.
+    let (_, before) = root.get_json("/api/audit?limit=1000").await.unwrap();
+    let count = before["audit"].as_array().unwrap().len();
+    let (status, _) = olga
+        .patch_json(
+            &format!("/api/jobs/{billing}"),
+            &json!({"schedule": {"kind": "cron", "expr": "nope"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (_, after) = root.get_json("/api/audit?limit=1000").await.unwrap();
+    assert_eq!(after["audit"].as_array().unwrap().len(), count, "{after}");
+
+    // The audit: who did what, with the job before and after; refused attempts too.
+    let rows = after["audit"].as_array().unwrap().clone();
+    let find = |action: &str, actor: &str, outcome: &str| {
+        rows.iter()
+            .filter(|r| r["action"] == action && r["actor"] == actor && r["outcome"] == outcome)
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    assert_eq!(find("job.create", "service", "done").len(), 2, "{rows:#?}");
+    assert_eq!(find("job.create", "olga", "done").len(), 1);
+    let update = find("job.update", "olga", "done");
+    assert_eq!(update.len(), 1, "{rows:#?}");
+    assert_eq!(
+        (
+            &update[0]["before"]["params"],
+            &update[0]["after"]["params"]
+        ),
+        (&json!("p1"), &json!("p2"))
+    );
+    assert_eq!(update[0]["job_id"], billing);
+    assert_eq!(update[0]["source"], "127.0.0.1");
+    assert_eq!(find("job.trigger", "olga", "done").len(), 1);
+    let refused: Vec<&Value> = rows.iter().filter(|r| r["outcome"] == "refused").collect();
+    assert_eq!(
+        refused.iter().filter(|r| r["actor"] == "olga").count(),
+        6,
+        "{refused:#?}"
+    );
+    assert_eq!(
+        refused.iter().filter(|r| r["actor"] == "vera").count(),
+        1,
+        "{refused:#?}"
+    );
+    // A viewer sees the rows about the job types they may see, and an actor filter works.
+    let (_, theirs) = vera.get_json("/api/audit?actor=service").await.unwrap();
+    let seen: Vec<&Value> = theirs["audit"].as_array().unwrap().iter().collect();
+    assert!(
+        seen.iter()
+            .all(|r| r["job_type"].as_str().unwrap_or("").starts_with("billing.")),
+        "{theirs}"
+    );
+    assert_eq!(seen.len(), 1, "{theirs}");
+}

@@ -1,5 +1,7 @@
--- Runs per day, job and status from the daily report, for days in [$1, $2] (of job $3 if given).
+-- Runs per day, job and status from the daily report, for days in [$1, $2] (of job $3 if given;
+-- $4: LIKE patterns of the job types the caller may see, NULL: all).
 SELECT day, job_id, status, runs
 FROM daily_report
 WHERE day BETWEEN $1 AND $2 AND ($3::bigint IS NULL OR job_id = $3)
+  AND ($4::text[] IS NULL OR job_id IN (SELECT id FROM jobs WHERE job_type LIKE ANY($4)))
 ORDER BY day, job_id, status

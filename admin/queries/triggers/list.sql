@@ -9,5 +9,6 @@ WHERE ($1::bigint IS NULL OR job_id = $1)
   AND ($5::timestamptz IS NULL OR fire_time >= $5)
   AND ($6::timestamptz IS NULL OR fire_time < $6)
   AND ($7::text IS NULL OR kind = $7)
+  AND ($8::text[] IS NULL OR job_type LIKE ANY($8))
 ORDER BY id DESC
 LIMIT $4

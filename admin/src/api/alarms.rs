@@ -24,7 +24,11 @@ pub struct AlarmView {
     pub sent_at: Option<DateTime<Utc>>,
 }
 
-pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
+pub async fn list(
+    state: Shared,
+    axum::Extension(p): axum::Extension<crate::auth::Principal>,
+    Params(q): Params,
+) -> ApiResult<Json<Value>> {
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let trigger_id = q
         .get("trigger_id")
@@ -51,6 +55,7 @@ pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
         .bind(status)
         .bind(before)
         .bind(limit)
+        .bind(p.visible_like())
         .fetch_all(&state.pool)
         .await?;
     let next = (alarms.len() as i64 == limit)

@@ -3,7 +3,7 @@
 use axum::body::Bytes;
 use axum::extract::Path;
 use axum::http::StatusCode;
-use axum::Json;
+use axum::{Extension, Json};
 use cadenza_schemas::TriggerKind;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Params, Shared};
+use crate::audit::{self, Entry};
+use crate::auth::{Access, Principal};
 use crate::jobs::{Job, JobRow, JobSpec};
 use crate::outcome::NewRuns;
 use crate::schedule::JobSchedule;
@@ -125,8 +127,13 @@ fn bind_spec<'q>(
         .bind(&spec.alarm_emails))
 }
 
-pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<Job>)> {
+pub async fn create(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Job>)> {
     let spec: JobSpec = parse_body(&body)?;
+    p.require(Access::Write, spec.job_type.as_str())?;
     let now = Utc::now();
     let schedule = prepare(&state, &spec, None, now).await?;
     let next = if spec.enabled {
@@ -135,13 +142,27 @@ pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<J
         None
     };
     let q = sqlx::query_as::<_, JobRow>(sql!("jobs/insert")).bind(state.shard_count as i64);
-    let row = bind_spec(q, &spec, next)?.fetch_one(&state.pool).await?;
+    let mut tx = state.pool.begin().await?;
+    let row = bind_spec(q, &spec, next)?.fetch_one(&mut *tx).await?;
     let job = to_job(row)?;
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new("job.create")
+            .job(job.id.0, job.spec.job_type.as_str())
+            .after(as_json(&job)?),
+    )
+    .await?;
+    tx.commit().await?;
     tracing::info!(job_id = job.id.0, job_type = %job.spec.job_type, "job created");
     Ok((StatusCode::CREATED, Json(job)))
 }
 
-pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
+pub async fn list(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Params(q): Params,
+) -> ApiResult<Json<Value>> {
     let enabled = match q.get("enabled").map(String::as_str) {
         None => None,
         Some("true") => Some(true),
@@ -163,6 +184,7 @@ pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
         .bind(enabled)
         .bind(after)
         .bind(limit)
+        .bind(p.visible_like())
         .fetch_all(&state.pool)
         .await?;
     let jobs = rows
@@ -184,8 +206,18 @@ async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
     to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)
 }
 
-pub async fn get(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(load(&state, &id).await?))
+pub async fn get(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Job>> {
+    let job = load(&state, &id).await?;
+    p.require(Access::Read, job.spec.job_type.as_str())?;
+    Ok(Json(job))
+}
+
+fn as_json(job: &Job) -> ApiResult<Value> {
+    Ok(serde_json::to_value(job).map_err(anyhow::Error::from)?)
 }
 
 /// Stores a changed job. Runs of its schedule that were written ahead and not yet published are
@@ -224,13 +256,17 @@ async fn store(
 
 async fn modify(
     state: &AppState,
+    p: &Principal,
+    action: &str,
     id: &str,
     change: impl FnOnce(&Job) -> ApiResult<JobSpec>,
 ) -> ApiResult<Job> {
     let id = parse_id("id", id)?;
     // Validate outside the transaction (it may create a topic), then lock and store.
     let current = load(state, &id.to_string()).await?;
+    p.require(Access::Write, current.spec.job_type.as_str())?;
     let spec = change(&current)?;
+    p.require(Access::Write, spec.job_type.as_str())?;
     let now = Utc::now();
     let schedule = if spec.schedule == current.spec.schedule {
         spec.validate(now).or_else(|e| {
@@ -262,12 +298,28 @@ async fn modify(
         .fetch_optional(&mut *tx)
         .await?;
     let locked = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
+    // Locked, the job may have changed type since it was checked.
+    p.require(Access::Write, locked.spec.job_type.as_str())?;
     let job = store(&mut tx, &locked, &spec, &schedule).await?;
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new(action)
+            .job(id, job.spec.job_type.as_str())
+            .before(as_json(&locked)?)
+            .after(as_json(&job)?),
+    )
+    .await?;
     tx.commit().await?;
     Ok(job)
 }
 
-pub async fn update(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiResult<Json<Job>> {
+pub async fn update(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Job>> {
     let patch: Value = parse_body(&body)?;
     let Value::Object(patch) = patch else {
         return Err(ApiError::invalid(
@@ -275,7 +327,7 @@ pub async fn update(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiRe
             "must be a JSON object of the fields to change",
         ));
     };
-    let job = modify(&state, &id, |current| {
+    let job = modify(&state, &p, "job.update", &id, |current| {
         let mut merged = serde_json::to_value(&current.spec).map_err(anyhow::Error::from)?;
         if let Value::Object(m) = &mut merged {
             m.extend(patch);
@@ -287,8 +339,9 @@ pub async fn update(state: Shared, Path(id): Path<String>, body: Bytes) -> ApiRe
     Ok(Json(job))
 }
 
-async fn set_enabled(state: &AppState, id: &str, enabled: bool) -> ApiResult<Job> {
-    modify(state, id, |current| {
+async fn set_enabled(state: &AppState, p: &Principal, id: &str, enabled: bool) -> ApiResult<Job> {
+    let action = if enabled { "job.enable" } else { "job.disable" };
+    modify(state, p, action, id, |current| {
         let mut spec = current.spec.clone();
         spec.enabled = enabled;
         Ok(spec)
@@ -296,23 +349,51 @@ async fn set_enabled(state: &AppState, id: &str, enabled: bool) -> ApiResult<Job
     .await
 }
 
-pub async fn enable(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(set_enabled(&state, &id, true).await?))
+pub async fn enable(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Job>> {
+    Ok(Json(set_enabled(&state, &p, &id, true).await?))
 }
 
-pub async fn disable(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(set_enabled(&state, &id, false).await?))
+pub async fn disable(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Job>> {
+    Ok(Json(set_enabled(&state, &p, &id, false).await?))
 }
 
-pub async fn delete(state: Shared, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     let id = parse_id("id", &id)?;
+    let mut tx = state.pool.begin().await?;
+    let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update"))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let current = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
+    p.require(Access::Write, current.spec.job_type.as_str())?;
     let deleted: i64 = sqlx::query_scalar(sql!("jobs/delete"))
         .bind(id)
-        .fetch_one(&state.pool)
+        .fetch_one(&mut *tx)
         .await?;
     if deleted == 0 {
         return Err(ApiError::not_found("job", id));
     }
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new("job.delete")
+            .job(id, current.spec.job_type.as_str())
+            .before(as_json(&current)?),
+    )
+    .await?;
+    tx.commit().await?;
     tracing::info!(job_id = id, "job deleted");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -376,6 +457,7 @@ impl TriggerRequest {
 
 pub async fn trigger(
     state: Shared,
+    Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
@@ -393,6 +475,7 @@ pub async fn trigger(
     let now = Utc::now();
     let (fire_time, kind) = req.due(now)?;
     let job = load(&state, &id.to_string()).await?;
+    p.require(Access::Write, job.spec.job_type.as_str())?;
     // A named worker must be live and serve the job type; it runs the one run. Otherwise a
     // `sharding_broadcast` job runs once per live worker.
     let runs = match &req.worker {
@@ -417,12 +500,22 @@ pub async fn trigger(
         i32::try_from(runs).unwrap_or(i32::MAX),
         None,
     );
-    let mut conn = state.pool.acquire().await?;
-    let rows = new.insert(&mut conn).await?;
+    let mut tx = state.pool.begin().await?;
+    let rows = new.insert(&mut tx).await?;
     if rows.is_empty() {
         return Err(ApiError::not_found("job", id));
     }
     let trigger_ids: Vec<i64> = rows.into_iter().map(|(t, _)| t).collect();
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new("job.trigger")
+            .job(id, job.spec.job_type.as_str())
+            .target(format!("runs {trigger_ids:?}"))
+            .detail(format!("kind {}", kind.as_str())),
+    )
+    .await?;
+    tx.commit().await?;
     tracing::info!(
         job_id = id,
         ?trigger_ids,

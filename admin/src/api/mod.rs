@@ -2,6 +2,7 @@
 //! a token is configured.
 
 mod alarms;
+mod audit;
 mod error;
 mod input;
 mod jobs;
@@ -28,7 +29,9 @@ use sqlx::PgPool;
 pub use error::{parse_body, ApiError, ApiResult};
 use input::Params;
 
+use crate::audit::{Actor, Entry};
 use crate::auth::rules::Rule;
+use crate::auth::Principal;
 
 use crate::kafka::KafkaClients;
 
@@ -63,26 +66,71 @@ async fn authorize(State(state): Shared, mut req: Request, next: Next) -> Respon
         ))
         .into_response();
     };
+    let source = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip().to_string());
+    let write = !matches!(method, Method::GET | Method::HEAD) && rule != Rule::Public;
     let principal = match session::principal(&state, req.headers()).await {
-        Ok(p) => p,
+        Ok(p) => Principal { source, ..p },
         Err(_) if rule == Rule::Public => return next.run(req).await,
-        Err(e) => return e.into_response(),
-    };
-    if !rule.allows(principal.role) {
-        let least = rule.least_role().map_or("nobody", |r| r.as_str());
-        return ApiError::forbidden(format!(
-            "{method} {path} needs the {least} role; {} is {}",
-            principal.actor, principal.role
-        ))
-        .into_response();
-    }
-    if !matches!(method, Method::GET | Method::HEAD) && rule != Rule::Public {
-        if let Err(e) = session::check_csrf(&principal, req.headers()) {
+        Err(e) => {
+            if write {
+                refused(
+                    &state,
+                    &Actor::anonymous(source),
+                    &method,
+                    &path,
+                    &e.message,
+                )
+                .await;
+            }
             return e.into_response();
         }
+    };
+    let mut refusal = None;
+    if !rule.allows(principal.role) {
+        let least = rule.least_role().map_or("nobody", |r| r.as_str());
+        refusal = Some(ApiError::forbidden(format!(
+            "{method} {path} needs the {least} role; {} is {}",
+            principal.actor, principal.role
+        )));
+    } else if write {
+        refusal = session::check_csrf(&principal, req.headers()).err();
     }
+    if let Some(e) = refusal {
+        if write {
+            refused(&state, &principal.actor(), &method, &path, &e.message).await;
+        }
+        return e.into_response();
+    }
+    let actor = principal.actor();
     req.extensions_mut().insert(principal);
-    next.run(req).await
+    let resp = next.run(req).await;
+    // Refused by the handler (the job type is outside the caller's patterns).
+    if write && resp.status() == StatusCode::FORBIDDEN {
+        refused(
+            &state,
+            &actor,
+            &method,
+            &path,
+            "outside the caller's job-type patterns",
+        )
+        .await;
+    }
+    resp
+}
+
+/// Records a refused write attempt; a failure to record it is logged, not answered.
+async fn refused(state: &AppState, actor: &Actor, method: &Method, path: &str, why: &str) {
+    let entry = Entry::new(&format!("{method} {path}")).detail(why.to_owned());
+    let recorded = match state.pool.acquire().await {
+        Ok(mut conn) => crate::audit::refused(&mut conn, actor, entry).await,
+        Err(e) => Err(e),
+    };
+    if let Err(error) = recorded {
+        tracing::warn!(%error, actor = %actor.name, %method, path, "recording a refused write in the audit failed");
+    }
 }
 
 async fn healthz() -> &'static str {
@@ -158,6 +206,7 @@ fn routes() -> Vec<(Method, &'static str, Rule, Handler)> {
         (Method::GET, "/alarms", Read, get(alarms::list)),
         (Method::POST, "/replay", Write, post(replay::create)),
         (Method::GET, "/report", Read, get(report::daily)),
+        (Method::GET, "/audit", Read, get(audit::list)),
     ]
 }
 

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 
 use super::{parse_body, ApiError, ApiResult, Shared};
+use crate::auth::{Access, Principal};
 use crate::replay::{replay, ReplayError, ReplayOutcome, ReplayRequest};
 
 impl From<ReplayError> for ApiError {
@@ -31,9 +32,14 @@ impl From<ReplayError> for ApiError {
     }
 }
 
-pub async fn create(state: Shared, body: Bytes) -> ApiResult<(StatusCode, Json<ReplayOutcome>)> {
+pub async fn create(
+    state: Shared,
+    axum::Extension(p): axum::Extension<Principal>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<ReplayOutcome>)> {
     let req: ReplayRequest = parse_body(&body)?;
-    let outcome = replay(&state.pool, &state.kafka, &req).await?;
+    p.require(Access::Write, req.job_type.as_str())?;
+    let outcome = replay(&state.pool, &state.kafka, &req, &p.actor()).await?;
     let status = if outcome.dry_run {
         StatusCode::OK
     } else {

@@ -28,7 +28,11 @@ fn parse_day(field: &str, s: &str) -> ApiResult<NaiveDate> {
 
 /// `from`, `to` (days, both included; default the last 7 days, UTC), `job_id`. Answers the rows
 /// and, per day, the totals by status.
-pub async fn daily(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
+pub async fn daily(
+    state: Shared,
+    axum::Extension(p): axum::Extension<crate::auth::Principal>,
+    Params(q): Params,
+) -> ApiResult<Json<Value>> {
     let today = Utc::now().date_naive();
     let to = match q.get("to") {
         Some(s) => parse_day("to", s)?,
@@ -55,6 +59,7 @@ pub async fn daily(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
         .bind(from)
         .bind(to)
         .bind(job_id)
+        .bind(p.visible_like())
         .fetch_all(&state.pool)
         .await?;
     let mut days: BTreeMap<NaiveDate, BTreeMap<&str, i64>> = BTreeMap::new();

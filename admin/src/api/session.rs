@@ -56,6 +56,7 @@ fn to_principal(found: Found, via: impl FnOnce(String) -> Via) -> ApiResult<Prin
         role,
         patterns: found.job_types,
         via: via(found.extra),
+        source: None,
     })
 }
 

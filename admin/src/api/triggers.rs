@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use crate::route::registry::Registry;
 
 use super::{parse_id, parse_limit, ApiError, ApiResult, Params, Shared};
+use crate::auth::{Access, Principal};
 
 /// One run as the API shows it.
 #[derive(Debug, Serialize, sqlx::FromRow)]
@@ -70,7 +71,11 @@ impl Run {
     }
 }
 
-pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
+pub async fn list(
+    state: Shared,
+    axum::Extension(p): axum::Extension<Principal>,
+    Params(q): Params,
+) -> ApiResult<Json<Value>> {
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let status = match q.get("status") {
         None => None,
@@ -114,6 +119,7 @@ pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
         .bind(from)
         .bind(to)
         .bind(kind.map(|k| k.as_str()))
+        .bind(p.visible_like())
         .fetch_all(&state.pool)
         .await?;
     let now = Utc::now();
@@ -126,13 +132,18 @@ pub async fn list(state: Shared, Params(q): Params) -> ApiResult<Json<Value>> {
     Ok(Json(json!({ "triggers": runs, "next_before_id": next })))
 }
 
-pub async fn get(state: Shared, Path(id): Path<String>) -> ApiResult<Json<Run>> {
+pub async fn get(
+    state: Shared,
+    axum::Extension(p): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Run>> {
     let id = parse_id("id", &id)?;
     let run: Option<Run> = sqlx::query_as(sql!("triggers/get"))
         .bind(id)
         .fetch_optional(&state.pool)
         .await?;
     let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
+    p.require(Access::Read, &run.job_type)?;
     run.note_waiting(&state.registry, Utc::now());
     Ok(Json(run))
 }

@@ -139,6 +139,8 @@ pub struct Principal {
     /// Job-type patterns (ignored for admins).
     pub patterns: Vec<String>,
     pub via: Via,
+    /// The client's address, as recorded in the audit.
+    pub source: Option<String>,
 }
 
 /// What is done to a job type.
@@ -157,7 +159,13 @@ impl Principal {
             role: Role::Admin,
             patterns: Vec::new(),
             via: Via::Service,
+            source: None,
         }
+    }
+
+    /// The audit's view of this principal.
+    pub fn actor(&self) -> crate::audit::Actor {
+        crate::audit::Actor::of(self, self.source.clone())
     }
 
     /// Whether this principal may `access` jobs and runs of `job_type`.
@@ -230,6 +238,7 @@ mod tests {
             role: Role::Operator,
             patterns: vec!["billing.*".into()],
             via: Via::Token(1),
+            source: None,
         };
         assert!(op.may(Access::Write, "billing.invoice"));
         assert!(!op.may(Access::Read, "ops.cleanup"));
