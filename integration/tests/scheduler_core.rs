@@ -33,9 +33,24 @@ fn admin_env(id: &str) -> Vec<(&'static str, String)> {
 }
 
 async fn spawn_admin(cluster: &Cluster, id: &str) -> AdminHandle {
-    let env = admin_env(id);
+    spawn_admin_with(cluster, id, &[]).await
+}
+
+async fn spawn_admin_with(cluster: &Cluster, id: &str, extra: &[(&str, String)]) -> AdminHandle {
+    let mut env = admin_env(id);
+    env.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     cluster.spawn_admin(&env).await.unwrap()
+}
+
+/// Trigger partitions for a chaos run of `secs` seconds. The jobs fire about 300 times a second,
+/// one record per produce as the admins send them, and the test broker lists every record batch
+/// of a partition on each fetch: a long partition reads slowly, and at some ten thousand batches an
+/// admin's read-back after a takeover runs out of time (its runs stay `publishing`). Spread over
+/// more partitions, a long run keeps each one near what a default run (40 s, six partitions)
+/// reaches. Six, the default, for runs up to 80 s.
+fn chaos_partitions(secs: u64) -> u64 {
+    (secs * 300 / 4000 + 1).max(6)
 }
 
 /// Valid shard counts per holder (database clock).
@@ -157,16 +172,22 @@ struct Tally {
     read_in: Duration,
 }
 
-/// How long reading a trigger topic to its end may take.
-const READ_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long reading a short test's trigger topic to its end may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Checks every expected fire time of `jobs` up to `until` against the trigger topic, read to
 /// an end marked once nothing publishes any more (every job disabled, nothing left scheduled or
 /// publishing), and the misfired runs in the database.
-async fn tally(cluster: &Cluster, pool: &PgPool, jobs: &[JobPlan], until: DateTime<Utc>) -> Tally {
+async fn tally(
+    cluster: &Cluster,
+    pool: &PgPool,
+    jobs: &[JobPlan],
+    until: DateTime<Utc>,
+    read_timeout: Duration,
+) -> Tally {
     let topic = format!("{}.trigger.chaos.noop", cluster.topic_prefix());
     let started = Instant::now();
-    let records = read_topic_to_end(&cluster.brokers(), &topic, READ_TIMEOUT)
+    let records = read_topic_to_end(&cluster.brokers(), &topic, read_timeout)
         .await
         .unwrap();
     let read_in = started.elapsed();
@@ -315,11 +336,18 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(40);
+    let partitions = [(
+        "CADENZA_TRIGGER_PARTITIONS",
+        chaos_partitions(secs).to_string(),
+    )];
     let cluster = Cluster::start().await.unwrap();
     let pool = cluster.pool().await.unwrap();
     let mut admins: Vec<(String, AdminHandle)> = Vec::new();
     for id in ["admin-0", "admin-1", "admin-2"] {
-        admins.push((id.to_owned(), spawn_admin(&cluster, id).await));
+        admins.push((
+            id.to_owned(),
+            spawn_admin_with(&cluster, id, &partitions).await,
+        ));
     }
     let _w1 = cluster
         .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
@@ -362,7 +390,10 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
             generation += 1;
             let new_id = format!("admin-{victim}-{generation}");
-            admins[victim] = (new_id.clone(), spawn_admin(&cluster, &new_id).await);
+            admins[victim] = (
+                new_id.clone(),
+                spawn_admin_with(&cluster, &new_id, &partitions).await,
+            );
             kills += 1;
         }
     }
@@ -378,6 +409,17 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         .await
         .unwrap();
     wait_quiet(&pool).await;
+    // Nothing publishes to the trigger topic any more: every job is disabled and no run is left
+    // scheduled or publishing (so no admin has a run to send, or a fence to write). Its end is
+    // marked now; the workers skip the markers (fences), the admins' read-backs ignore them.
+    // The test broker answers a fetch in time proportional to the partition's length, more so
+    // while the workers still drain their backlog: a 240 s run's topic took over two minutes.
+    let read_timeout = Duration::from_secs(60 + secs);
+    let t = tally(&cluster, &pool, &jobs, until, read_timeout).await;
+    println!(
+        "chaos {secs} s ({} partitions): {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}; {} records read to the end in {:?}",
+        partitions[0].1, t.expected, t.published, t.misfired, t.duplicates, t.lost, t.records, t.read_in
+    );
     // Every run of the job that prints a NUL ends, as do the runs after it.
     let nul_runs = wait_for(
         Duration::from_secs(90),
@@ -402,14 +444,7 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         .iter()
         .filter(|r| r["status"] == "succeeded")
         .count();
-
-    // No admin publishes any more: the trigger topic ends where its end markers go.
-    cluster.stop_all(Duration::from_secs(30)).await.unwrap();
-    let t = tally(&cluster, &pool, &jobs, until).await;
-    println!(
-        "chaos {secs} s: {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}; NUL job: {nul_ok} of {} runs succeeded; {} records read to the end in {:?}",
-        t.expected, t.published, t.misfired, t.duplicates, t.lost, nul_runs.len(), t.records, t.read_in
-    );
+    println!("NUL job: {nul_ok} of {} runs succeeded", nul_runs.len());
     assert!(
         nul_ok > 0,
         "no run of the NUL-printing job succeeded: {nul_runs:?}"
@@ -514,7 +549,14 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
         .collect();
     assert!(during.is_empty(), "published without a lease: {during:?}");
 
-    let t = tally(&cluster, &pool, std::slice::from_ref(&plan), until).await;
+    let t = tally(
+        &cluster,
+        &pool,
+        std::slice::from_ref(&plan),
+        until,
+        READ_TIMEOUT,
+    )
+    .await;
     println!("database outage: {t:?}");
     assert_eq!((t.duplicates, t.lost), (0, 0), "{t:?}");
     assert!(
