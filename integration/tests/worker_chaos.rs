@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use cadenza_integration::{ApiClient, Cluster, StatusCode, WorkerHandle};
 use rand::Rng;
 use serde_json::json;
-use worker_support::{audit, create_job, disable, quiesce, results_by_trigger, sleep_job};
+use worker_support::{audit, create_job, disable, quiesce, sleep_job, stop_all_and_read_results};
 
 const WORKER_ENV: &[(&str, &str)] = &[
     ("CADENZA_SESSION_TIMEOUT_MS", "6000"),
@@ -87,7 +87,7 @@ async fn killing_workers_neither_loses_nor_repeats_finished_runs() {
     disable(api, &jobs).await;
     // Killed members' partitions move after the session timeout; runs then drain.
     let runs = quiesce(api, &jobs, Duration::from_secs(120)).await;
-    let events = results_by_trigger(&cluster).await;
+    let events = stop_all_and_read_results(&cluster).await;
     let a = audit(&runs, &events);
     let not_succeeded: Vec<_> = runs
         .iter()
@@ -192,7 +192,7 @@ async fn a_member_draining_after_the_group_moved_on_does_not_report_alongside_th
     // join for it, and with three members it keeps only two of its three partitions.
     let joiner = spawn().await.unwrap();
     let runs = quiesce(api, &jobs, Duration::from_secs(120)).await;
-    let events = results_by_trigger(&cluster).await;
+    let events = stop_all_and_read_results(&cluster).await;
     let a = audit(&runs, &events);
     eprintln!(
         "[drain] published {}, finished {}, re-executed {}, duplicates {}; slow {} joiner {}",
