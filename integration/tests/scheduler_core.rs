@@ -349,12 +349,14 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
             spawn_admin_with(&cluster, id, &partitions).await,
         ));
     }
+    // The workers create the trigger topics of the types they serve: with as many partitions.
+    let worker_env = [(partitions[0].0, partitions[0].1.as_str())];
     let _w1 = cluster
-        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
+        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &worker_env)
         .await
         .unwrap();
     let _w2 = cluster
-        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
+        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &worker_env)
         .await
         .unwrap();
     wait_balanced(&pool, &["admin-0", "admin-1", "admin-2"]).await;
