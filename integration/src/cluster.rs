@@ -357,6 +357,30 @@ impl Cluster {
         eprintln!("{}", self.dump_logs());
     }
 
+    /// Stops every admin and worker still running, all at once: SIGTERM (and SIGCONT, in case
+    /// one is paused), up to `grace` for each to exit, then SIGKILL. Once it returns none of them
+    /// writes anything any more: the end of a topic can be marked ([`crate::EndMark`]).
+    pub async fn stop_all(&self, grace: Duration) -> Result<()> {
+        let children: Vec<Arc<ChildProcess>> = self.children().clone();
+        for child in &children {
+            child.signal(Signal::SIGTERM)?;
+            child.signal(Signal::SIGCONT)?;
+        }
+        let deadline = Instant::now() + grace;
+        for child in &children {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if child.wait(left).await.is_none() {
+                eprintln!(
+                    "[cadenza-integration] {} (pid {}) ignored SIGTERM for {grace:?}; SIGKILL",
+                    child.name(),
+                    child.pid()
+                );
+                child.kill_9()?;
+            }
+        }
+        Ok(())
+    }
+
     /// Stops every admin and worker still running: SIGTERM to all, wait up to `grace`, then
     /// SIGKILL.
     pub fn stop_children(&self, grace: Duration) {

@@ -59,8 +59,8 @@ pub use bins::{bin_dir, cadenza_bin, cadenza_home, tansu_bin};
 pub use broker::Broker;
 pub use cluster::{AdminHandle, Cluster, WorkerHandle};
 pub use kafka::{
-    client_config, create_topic, list_topics, produce, read_topic, read_topic_idle,
-    topic_partition_count, TopicRecord,
+    client_config, create_topic, list_topics, produce, read_topic, read_topic_to,
+    read_topic_to_end, topic_partition_count, EndMark, TopicRecord, END_MARKER_HEADER,
 };
 pub use nix::sys::signal::Signal;
 pub use postgres::Postgres;

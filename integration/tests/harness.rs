@@ -1,11 +1,18 @@
 //! Smoke tests of the harness itself: the servers start, stop, restart, and talk.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
 use std::time::{Duration, Instant};
 
+use std::ops::Range;
+
 use cadenza_integration::{
-    create_topic, list_topics, produce, read_topic, topic_partition_count, wait_until, Broker,
-    Postgres,
+    client_config, create_topic, list_topics, produce, read_topic, read_topic_to,
+    read_topic_to_end, topic_partition_count, wait_until, Broker, EndMark, Postgres,
+    END_MARKER_HEADER,
 };
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::{Connection, PgConnection, Row};
 
 #[tokio::test]
@@ -123,6 +130,129 @@ async fn broker_creates_topics_and_reads_back_what_was_produced() {
     assert_eq!(records[1].offset, 0);
     assert_eq!(records[1].key_str(), Some("k1"));
     assert_eq!(records[1].payload_json().unwrap()["n"], 1);
+
+    // Read to the end: the same records, never an end marker (this read's or an earlier one's).
+    for _ in 0..2 {
+        let to_end = read_topic_to_end(&bootstrap, topic, Duration::from_secs(20))
+            .await
+            .unwrap();
+        assert_eq!(to_end, records);
+    }
+    assert!(
+        read_topic_to_end(&bootstrap, "harness.unknown", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_empty(),
+        "a topic the broker does not know reads as empty"
+    );
+}
+
+/// Sends the payloads `p<partition>-<n>` for `n` in `range` to `partition`, in order.
+async fn send_range(producer: &FutureProducer, topic: &str, partition: i32, range: Range<usize>) {
+    for n in range {
+        let payload = format!("p{partition}-{n}");
+        producer
+            .send(
+                FutureRecord::<[u8], str>::to(topic)
+                    .partition(partition)
+                    .payload(&payload),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
+fn test_producer(bootstrap: &str) -> FutureProducer {
+    client_config(bootstrap)
+        .set("message.timeout.ms", "10000")
+        .create()
+        .unwrap()
+}
+
+/// A partition whose records stop for longer than a reader waiting for quiet would wait (here
+/// while they are written; a busy broker or machine does the same to records already there) is
+/// still read to its end marker, and so is every other one.
+#[tokio::test]
+async fn reading_to_the_end_waits_through_a_pause_in_a_partition() {
+    let broker = Broker::start().await.unwrap();
+    let bootstrap = broker.bootstrap();
+    let topic = "harness.paused";
+    create_topic(&bootstrap, topic, 3).await.unwrap();
+    let producer = test_producer(&bootstrap);
+    let end = EndMark::new();
+    let reader = tokio::spawn({
+        let (bootstrap, end) = (bootstrap.clone(), end.clone());
+        async move { read_topic_to(&bootstrap, topic, &end, Duration::from_secs(60)).await }
+    });
+    send_range(&producer, topic, 0, 0..200).await;
+    send_range(&producer, topic, 1, 0..100).await;
+    send_range(&producer, topic, 2, 0..200).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    send_range(&producer, topic, 1, 100..200).await;
+    let offsets = end.write(&bootstrap, topic).await.unwrap();
+    assert_eq!(offsets, [200, 200, 200]);
+
+    let records = reader.await.unwrap().unwrap();
+    assert_eq!(records.len(), 600);
+    for p in 0..3 {
+        let payloads: Vec<&str> = records
+            .iter()
+            .filter(|r| r.partition == p)
+            .filter_map(|r| r.payload_str())
+            .collect();
+        let want: Vec<String> = (0..200).map(|n| format!("p{p}-{n}")).collect();
+        assert_eq!(payloads, want, "partition {p}");
+    }
+}
+
+/// A read whose end marker does not come on every partition fails within its timeout, naming
+/// each partition that did not get there and how far it got. Another read's marker is no end.
+#[tokio::test]
+async fn reading_to_an_end_that_never_comes_fails_naming_the_partition() {
+    let broker = Broker::start().await.unwrap();
+    let bootstrap = broker.bootstrap();
+    let topic = "harness.unended";
+    create_topic(&bootstrap, topic, 3).await.unwrap();
+    let producer = test_producer(&bootstrap);
+    send_range(&producer, topic, 0, 0..5).await;
+    send_range(&producer, topic, 1, 0..3).await;
+    EndMark::new().write(&bootstrap, topic).await.unwrap();
+    // This read's marker reaches partitions 0 and 2 only.
+    let end = EndMark::new();
+    for partition in [0, 2] {
+        producer
+            .send(
+                FutureRecord::<str, str>::to(topic)
+                    .partition(partition)
+                    .key("cadenza-end-marker")
+                    .headers(OwnedHeaders::new().insert(Header {
+                        key: END_MARKER_HEADER,
+                        value: Some(end.nonce()),
+                    }))
+                    .payload("{}"),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let started = Instant::now();
+    let err = read_topic_to(&bootstrap, topic, &end, Duration::from_secs(3))
+        .await
+        .unwrap_err();
+    let message = format!("{err:#}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{message}");
+    assert!(
+        message.contains("harness.unended")
+            && message.contains("partition 1 read through offset 3 (3 records)"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("partition 0") && !message.contains("partition 2"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

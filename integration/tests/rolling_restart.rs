@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use cadenza_integration::{Cluster, WorkerHandle};
 use serde_json::json;
-use worker_support::{audit, create_job, disable, quiesce, results_by_trigger, sleep_job};
+use worker_support::{audit, create_job, disable, quiesce, sleep_job, stop_all_and_read_results};
 
 const WORKER_ENV: &[(&str, &str)] = &[("CADENZA_HEARTBEAT_MS", "1000")];
 
@@ -69,7 +69,7 @@ async fn sigterm_each_worker_in_turn_loses_and_repeats_nothing() {
     }
     disable(api, &jobs).await;
     let runs = quiesce(api, &jobs, Duration::from_secs(90)).await;
-    let events = results_by_trigger(&cluster).await;
+    let events = stop_all_and_read_results(&cluster).await;
     let a = audit(&runs, &events);
     eprintln!(
         "[rolling] published {}, finished {}, re-executed {}, duplicates {}",

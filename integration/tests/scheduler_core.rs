@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use cadenza_integration::{
-    json_time, read_topic, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
+    json_time, read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
 };
 use chrono::{DateTime, Utc};
 use rand::Rng;
@@ -33,9 +33,24 @@ fn admin_env(id: &str) -> Vec<(&'static str, String)> {
 }
 
 async fn spawn_admin(cluster: &Cluster, id: &str) -> AdminHandle {
-    let env = admin_env(id);
+    spawn_admin_with(cluster, id, &[]).await
+}
+
+async fn spawn_admin_with(cluster: &Cluster, id: &str, extra: &[(&str, String)]) -> AdminHandle {
+    let mut env = admin_env(id);
+    env.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     cluster.spawn_admin(&env).await.unwrap()
+}
+
+/// Trigger partitions for a chaos run of `secs` seconds. The jobs fire about 300 times a second,
+/// one record per produce as the admins send them, and the test broker lists every record batch
+/// of a partition on each fetch: a long partition reads slowly, and at some ten thousand batches an
+/// admin's read-back after a takeover runs out of time (its runs stay `publishing`). Spread over
+/// more partitions, a long run keeps each one near what a default run (40 s, six partitions)
+/// reaches. Six, the default, for runs up to 80 s.
+fn chaos_partitions(secs: u64) -> u64 {
+    (secs * 300 / 4000 + 1).max(6)
 }
 
 /// Valid shard counts per holder (database clock).
@@ -152,15 +167,30 @@ struct Tally {
     misfired: usize,
     duplicates: usize,
     lost: usize,
+    /// Records read from the trigger topic (triggers and fences), and how long that took.
+    records: usize,
+    read_in: Duration,
 }
 
-/// Checks every expected fire time of `jobs` up to `until` against the trigger topic and the
-/// misfired runs in the database.
-async fn tally(cluster: &Cluster, pool: &PgPool, jobs: &[JobPlan], until: DateTime<Utc>) -> Tally {
+/// How long reading a short test's trigger topic to its end may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Checks every expected fire time of `jobs` up to `until` against the trigger topic, read to
+/// an end marked once nothing publishes any more (every job disabled, nothing left scheduled or
+/// publishing), and the misfired runs in the database.
+async fn tally(
+    cluster: &Cluster,
+    pool: &PgPool,
+    jobs: &[JobPlan],
+    until: DateTime<Utc>,
+    read_timeout: Duration,
+) -> Tally {
     let topic = format!("{}.trigger.chaos.noop", cluster.topic_prefix());
-    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(60))
+    let started = Instant::now();
+    let records = read_topic_to_end(&cluster.brokers(), &topic, read_timeout)
         .await
         .unwrap();
+    let read_in = started.elapsed();
     let mut on_topic: HashMap<(i64, DateTime<Utc>), usize> = HashMap::new();
     for r in &records {
         let v = r.payload_json().unwrap();
@@ -179,6 +209,8 @@ async fn tally(cluster: &Cluster, pool: &PgPool, jobs: &[JobPlan], until: DateTi
     let misfired: HashSet<(i64, DateTime<Utc>)> = misfired.into_iter().collect();
     let mut t = Tally {
         duplicates: on_topic.values().filter(|n| **n > 1).count(),
+        records: records.len(),
+        read_in,
         ..Tally::default()
     };
     for job in jobs {
@@ -304,18 +336,27 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(40);
+    let partitions = [(
+        "CADENZA_TRIGGER_PARTITIONS",
+        chaos_partitions(secs).to_string(),
+    )];
     let cluster = Cluster::start().await.unwrap();
     let pool = cluster.pool().await.unwrap();
     let mut admins: Vec<(String, AdminHandle)> = Vec::new();
     for id in ["admin-0", "admin-1", "admin-2"] {
-        admins.push((id.to_owned(), spawn_admin(&cluster, id).await));
+        admins.push((
+            id.to_owned(),
+            spawn_admin_with(&cluster, id, &partitions).await,
+        ));
     }
+    // The workers create the trigger topics of the types they serve: with as many partitions.
+    let worker_env = [(partitions[0].0, partitions[0].1.as_str())];
     let _w1 = cluster
-        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
+        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &worker_env)
         .await
         .unwrap();
     let _w2 = cluster
-        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &[])
+        .spawn_worker("chaos.noop=noop,chaos.sh=shell", "chaos", &worker_env)
         .await
         .unwrap();
     wait_balanced(&pool, &["admin-0", "admin-1", "admin-2"]).await;
@@ -351,7 +392,10 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..1500))).await;
             generation += 1;
             let new_id = format!("admin-{victim}-{generation}");
-            admins[victim] = (new_id.clone(), spawn_admin(&cluster, &new_id).await);
+            admins[victim] = (
+                new_id.clone(),
+                spawn_admin_with(&cluster, &new_id, &partitions).await,
+            );
             kills += 1;
         }
     }
@@ -367,6 +411,17 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         .await
         .unwrap();
     wait_quiet(&pool).await;
+    // Nothing publishes to the trigger topic any more: every job is disabled and no run is left
+    // scheduled or publishing (so no admin has a run to send, or a fence to write). Its end is
+    // marked now; the workers skip the markers (fences), the admins' read-backs ignore them.
+    // The test broker answers a fetch in time proportional to the partition's length, more so
+    // while the workers still drain their backlog: a 240 s run's topic took over two minutes.
+    let read_timeout = Duration::from_secs(60 + secs);
+    let t = tally(&cluster, &pool, &jobs, until, read_timeout).await;
+    println!(
+        "chaos {secs} s ({} partitions): {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}; {} records read to the end in {:?}",
+        partitions[0].1, t.expected, t.published, t.misfired, t.duplicates, t.lost, t.records, t.read_in
+    );
     // Every run of the job that prints a NUL ends, as do the runs after it.
     let nul_runs = wait_for(
         Duration::from_secs(90),
@@ -391,12 +446,7 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         .iter()
         .filter(|r| r["status"] == "succeeded")
         .count();
-
-    let t = tally(&cluster, &pool, &jobs, until).await;
-    println!(
-        "chaos {secs} s: {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}; NUL job: {nul_ok} of {} runs succeeded",
-        t.expected, t.published, t.misfired, t.duplicates, t.lost, nul_runs.len()
-    );
+    println!("NUL job: {nul_ok} of {} runs succeeded", nul_runs.len());
     assert!(
         nul_ok > 0,
         "no run of the NUL-printing job succeeded: {nul_runs:?}"
@@ -482,9 +532,11 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
     disable_all(api, std::slice::from_ref(&plan)).await;
     wait_quiet(&pool).await;
 
-    // Nothing was published while the lease could not be renewed.
+    // Nothing was published while the lease could not be renewed. The admin stays up (its log
+    // and report are checked below) but publishes nothing more: every job is disabled and
+    // nothing is left scheduled or publishing; the worker skips the end markers (fences).
     let topic = format!("{}.trigger.chaos.noop", cluster.topic_prefix());
-    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(30))
+    let records = read_topic_to_end(&cluster.brokers(), &topic, READ_TIMEOUT)
         .await
         .unwrap();
     let lease_gone = down_at + chrono::Duration::milliseconds(TTL_MS as i64);
@@ -499,7 +551,14 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
         .collect();
     assert!(during.is_empty(), "published without a lease: {during:?}");
 
-    let t = tally(&cluster, &pool, std::slice::from_ref(&plan), until).await;
+    let t = tally(
+        &cluster,
+        &pool,
+        std::slice::from_ref(&plan),
+        until,
+        READ_TIMEOUT,
+    )
+    .await;
     println!("database outage: {t:?}");
     assert_eq!((t.duplicates, t.lost), (0, 0), "{t:?}");
     assert!(
@@ -609,7 +668,7 @@ async fn a_new_holder_reads_back_what_the_dead_one_sent() {
         .await
         .unwrap();
     assert_eq!(r["offset"], landed_offset, "recorded where it landed: {r}");
-    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(20))
+    let records = read_topic_to_end(&cluster.brokers(), &topic, READ_TIMEOUT)
         .await
         .unwrap();
     let count = |id: i64| {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{json_time, read_topic, wait_for, ApiClient, Cluster, StatusCode};
+use cadenza_integration::{json_time, read_topic_to_end, wait_for, ApiClient, Cluster, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -148,9 +148,11 @@ async fn cron_and_fix_rate_jobs_run_on_workers() {
         .collect();
     assert!(after.is_empty(), "runs after disable: {after:?}");
 
-    // Every trigger on the topic is a published run of ours, once.
+    // Every trigger on the topic, up to end markers written now (the workers skip them as
+    // fences; what the 400 ms job publishes after them is not read), is a published run of ours,
+    // once.
     let topic = format!("{}.trigger.demo.echo", cluster.topic_prefix());
-    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(20))
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(60))
         .await
         .unwrap();
     let mut ids: Vec<i64> = records

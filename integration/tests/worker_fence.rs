@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use cadenza_integration::{wait_for, Cluster, WorkerHandle};
 use serde_json::json;
-use worker_support::{audit, create_job, quiesce, results_by_trigger, sleep_job};
+use worker_support::{audit, create_job, quiesce, sleep_job, stop_all_and_read_results};
 
 const WAIT: Duration = Duration::from_secs(60);
 const HOOK: &str = "CADENZA_TEST_STOP_BEFORE_POINTER";
@@ -108,7 +108,7 @@ async fn a_stalled_workers_late_pointer_commit_does_not_make_the_next_owner_repe
     // A or B finished.
     let c = spawn().await.unwrap();
     let runs = quiesce(api, &jobs, Duration::from_secs(120)).await;
-    let events = results_by_trigger(&cluster).await;
+    let events = stop_all_and_read_results(&cluster).await;
     let report = audit(&runs, &events);
     eprintln!(
         "[fence] published {}, finished {}, re-executed {}, duplicates {}; A {} B {} C {}",

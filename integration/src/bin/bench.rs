@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use cadenza_integration::{read_topic, Cluster, StatusCode};
+use cadenza_integration::{read_topic_to_end, Cluster, StatusCode};
 use serde_json::json;
 
 struct Args {
@@ -172,7 +172,7 @@ async fn main() -> Result<()> {
     // the producer) minus its fire time. And as recorded: `published_at` (after the broker's
     // acknowledgement, on the database clock) minus fire time.
     let topic = format!("{}.trigger.bench.noop", cluster.topic_prefix());
-    let records = read_topic(&cluster.brokers(), &topic, Duration::from_secs(120)).await?;
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(600)).await?;
     let mut lateness: Vec<f64> = records
         .iter()
         .filter_map(|r| {

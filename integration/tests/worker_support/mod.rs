@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cadenza_integration::{read_topic_idle, wait_for, ApiClient, Cluster, StatusCode};
+use cadenza_integration::{read_topic_to_end, wait_for, ApiClient, Cluster, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -95,17 +95,16 @@ pub struct RunEvents {
     pub started_after_finished: bool,
 }
 
-/// Reads the whole results topic back, by trigger id.
-pub async fn results_by_trigger(cluster: &Cluster) -> BTreeMap<i64, RunEvents> {
+/// Stops every admin and worker of the cluster, then reads the whole results topic back to its
+/// end, by trigger id. Workers are the only writers of the topic: once they have stopped, an end
+/// marker on each partition follows every event they published; the admin, which consumes the
+/// topic and would send the markers to the DLQ, is stopped too.
+pub async fn stop_all_and_read_results(cluster: &Cluster) -> BTreeMap<i64, RunEvents> {
+    cluster.stop_all(Duration::from_secs(60)).await.unwrap();
     let topic = format!("{}.results", cluster.topic_prefix());
-    let records = read_topic_idle(
-        &cluster.brokers(),
-        &topic,
-        Duration::from_secs(60),
-        Duration::from_secs(2),
-    )
-    .await
-    .unwrap();
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(120))
+        .await
+        .unwrap();
     let mut out: BTreeMap<i64, RunEvents> = BTreeMap::new();
     // Sorted by (partition, offset); a run's events share a partition (keyed by trigger id).
     for r in records {
