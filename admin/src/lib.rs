@@ -96,7 +96,8 @@ pub async fn run_command(
                 job_types: job_types.clone(),
                 password: password.trim_end_matches(['\r', '\n']).to_owned(),
             };
-            let id = users::create(&pool, &user, false)
+            let mut conn = pool.acquire().await?;
+            let id = users::create(&mut conn, &user, false)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("the user was not created"))?;
             Ok(format!("created user {name} ({role}), id {id}"))

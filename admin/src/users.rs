@@ -1,7 +1,7 @@
 //! Users in PostgreSQL: creating them (from `cadenza-admin users create`, the bootstrap
 //! variable or the API), with their names, roles and job-type patterns checked first.
 
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::auth::{check_pattern, password, Role};
 use crate::jobs::FieldError;
@@ -67,7 +67,7 @@ pub enum CreateError {
 /// Hashes the password and inserts the user; its id. `only_if_none`: insert only when the table
 /// is empty (the bootstrap), else return `Ok(None)`.
 pub async fn create(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     user: &NewUser,
     only_if_none: bool,
 ) -> Result<Option<i64>, CreateError> {
@@ -89,7 +89,7 @@ pub async fn create(
         .bind(user.role.as_str())
         .bind(&user.job_types)
         .bind(&hash)
-        .fetch_optional(pool)
+        .fetch_optional(conn)
         .await;
     match inserted {
         Ok(id) => Ok(id),
@@ -112,7 +112,8 @@ pub async fn bootstrap(pool: &PgPool, spec: &str) -> anyhow::Result<()> {
         job_types: Vec::new(),
         password: pass.to_owned(),
     };
-    match create(pool, &user, true).await {
+    let mut conn = pool.acquire().await?;
+    match create(&mut conn, &user, true).await {
         Ok(Some(id)) => {
             tracing::info!(
                 user = name,

@@ -488,3 +488,138 @@ async fn operators_act_only_within_their_patterns_and_every_write_is_audited() {
     );
     assert_eq!(seen.len(), 1, "{theirs}");
 }
+
+#[tokio::test]
+async fn admins_manage_users_and_nobody_else_may() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let base = admin.base_url().to_owned();
+    let root = admin.api();
+    let new = json!({"name": "otto", "role": "operator", "job_types": ["ops.*"], "password": "otto's password"});
+    let (status, otto) = root.post_json("/api/users", &new).await.unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{otto}");
+    assert!(
+        otto.get("password").is_none() && otto.get("password_hash").is_none(),
+        "{otto}"
+    );
+    let (status, err) = root.post_json("/api/users", &new).await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::CONFLICT, &json!("user_exists")),
+        "{err}"
+    );
+    for (patch, field) in [
+        (
+            json!({"name": "p", "role": "viewer", "password": "short"}),
+            "password",
+        ),
+        (
+            json!({"name": "has space", "role": "viewer", "password": "long enough pw"}),
+            "name",
+        ),
+        (
+            json!({"name": "q", "role": "viewer", "job_types": ["bad pattern"], "password": "long enough pw"}),
+            "job_types[0]",
+        ),
+        (
+            json!({"name": "r", "role": "root", "password": "long enough pw"}),
+            "role",
+        ),
+    ] {
+        let (status, err) = root.post_json("/api/users", &patch).await.unwrap();
+        assert_eq!(
+            (status, &err["error"]["field"]),
+            (StatusCode::UNPROCESSABLE_ENTITY, &json!(field)),
+            "{patch} → {err}"
+        );
+    }
+
+    // An operator may not manage users.
+    let as_otto = token_client(&base, "otto", "otto's password").await;
+    let (status, err) = as_otto.get_json("/api/users").await.unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("forbidden")),
+        "{err}"
+    );
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("admin"),
+        "{err}"
+    );
+    let (status, _) = as_otto
+        .post_json(
+            "/api/users",
+            &json!({"name": "sneaky", "role": "admin", "password": "long enough pw"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // A changed role takes effect on the user's token at once; a new password ends sessions.
+    let id = otto["id"].as_i64().unwrap();
+    let (status, changed) = root
+        .patch_json(
+            &format!("/api/users/{id}"),
+            &json!({"role": "viewer", "password": "a new password"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &changed["role"]),
+        (StatusCode::OK, &json!("viewer")),
+        "{changed}"
+    );
+    let (_, me) = as_otto.get_json("/api/session").await.unwrap();
+    assert_eq!(me["role"], "viewer");
+    let (status, _) = send(
+        browser()
+            .post(format!("{base}/api/session"))
+            .json(&json!({"name": "otto", "password": "otto's password"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // Deleting the user ends their tokens; every change is in the audit.
+    let (status, _) = root.delete(&format!("/api/users/{id}")).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = as_otto.get_json("/api/session").await.unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (_, audit) = root.get_json("/api/audit").await.unwrap();
+    let actions: Vec<&str> = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"] == "done")
+        .map(|r| r["action"].as_str().unwrap())
+        .filter(|a| a.starts_with("user."))
+        .collect();
+    assert_eq!(
+        actions,
+        ["user.delete", "user.update", "user.create"],
+        "{audit}"
+    );
+    let rows = audit["audit"].as_array().unwrap();
+    let has = |action: &str, outcome: &str| {
+        rows.iter()
+            .any(|r| r["action"] == action && r["actor"] == "otto" && r["outcome"] == outcome)
+    };
+    assert!(
+        has("login", "done") && has("token.create", "done"),
+        "{audit}"
+    );
+    assert!(
+        has("login", "refused"),
+        "the sign-in with the old password: {audit}"
+    );
+    assert!(
+        !audit.to_string().contains("password\":"),
+        "no password in the audit: {audit}"
+    );
+    let refused = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"] == "refused" && r["actor"] == "otto" && r["action"] != "login")
+        .count();
+    assert_eq!(refused, 1, "{audit}");
+}

@@ -11,6 +11,7 @@ mod report;
 mod session;
 mod tokens;
 mod triggers;
+mod users;
 mod workers;
 
 use std::sync::Arc;
@@ -174,6 +175,10 @@ fn routes() -> Vec<(Method, &'static str, Rule, Handler)> {
         (Method::POST, "/session", Public, post(session::login)),
         (Method::GET, "/session", SignedIn, get(session::whoami)),
         (Method::DELETE, "/session", Public, delete(session::logout)),
+        (Method::GET, "/users", Admin, get(users::list)),
+        (Method::POST, "/users", Admin, post(users::create)),
+        (Method::PATCH, "/users/{id}", Admin, patch(users::update)),
+        (Method::DELETE, "/users/{id}", Admin, delete(users::delete)),
         (Method::POST, "/tokens", SignedIn, post(tokens::create)),
         (Method::GET, "/tokens", SignedIn, get(tokens::list)),
         (

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{parse_body, ApiError, ApiResult, AppState, Shared};
+use crate::audit::{self, Actor, Entry};
 use crate::auth::{password, secret, Principal, Role, Via};
 
 /// The session cookie's name.
@@ -201,24 +202,41 @@ pub async fn login(
     let user = match user {
         Some(u) if ok => u,
         _ => {
+            let mut tx = state.pool.begin().await?;
             sqlx::query(sql!("auth/login_failed"))
                 .bind(&keys)
-                .execute(&state.pool)
+                .execute(&mut *tx)
                 .await?;
+            let name: String = req.name.chars().take(100).collect();
+            let actor = Actor {
+                name,
+                user_id: None,
+                source: Some(address.clone()),
+            };
+            audit::refused(&mut tx, &actor, Entry::new("login")).await?;
+            tx.commit().await?;
             tracing::warn!(user = %req.name, %address, "sign-in failed");
             return Err(ApiError::unauthorized("the name or the password is wrong"));
         }
     };
     let cookie = secret::random_hex();
     let csrf = secret::random_hex();
+    let mut tx = state.pool.begin().await?;
     let expires: DateTime<Utc> = sqlx::query_scalar(sql!("auth/session_create"))
         .bind(secret::digest(&cookie))
         .bind(user.id)
         .bind(&csrf)
         .bind((SESSION_HOURS * 3600) as f64)
         .bind(&keys[..1])
-        .fetch_one(&state.pool)
+        .fetch_one(&mut *tx)
         .await?;
+    let actor = Actor {
+        name: user.name.clone(),
+        user_id: Some(user.id),
+        source: Some(address.clone()),
+    };
+    audit::done(&mut tx, &actor, Entry::new("login")).await?;
+    tx.commit().await?;
     tracing::info!(user = %user.name, %address, "signed in");
     let set_cookie = format!(
         "{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::{parse_body, parse_id, ApiError, ApiResult, Params, Shared};
+use crate::audit::{self, Entry};
 use crate::auth::{secret, Principal, Role};
 
 /// Longest lifetime a token may be given: a year.
@@ -66,14 +67,22 @@ pub async fn create(
         }
     }
     let token = secret::new_token();
+    let mut tx = state.pool.begin().await?;
     let info: TokenInfo = sqlx::query_as(sql!("auth/token_create"))
         .bind(user_id)
         .bind(name)
         .bind(secret::shown_prefix(&token))
         .bind(secret::digest(&token))
         .bind(req.expires_in_days.map(|d| (d * 86_400) as f64))
-        .fetch_one(&state.pool)
+        .fetch_one(&mut *tx)
         .await?;
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new("token.create").target(format!("token {} ({})", info.id, info.name)),
+    )
+    .await?;
+    tx.commit().await?;
     tracing::info!(user = %p.actor, token_id = info.id, "API token created");
     let mut body = serde_json::to_value(&info).map_err(anyhow::Error::from)?;
     body["token"] = json!(token);
@@ -124,12 +133,23 @@ pub async fn revoke(
     } else {
         Some(owner(&p)?)
     };
+    let mut tx = state.pool.begin().await?;
     let revoked: Option<TokenInfo> = sqlx::query_as(sql!("auth/token_revoke"))
         .bind(id)
         .bind(only_of)
-        .fetch_optional(&state.pool)
+        .fetch_optional(&mut *tx)
         .await?;
     let revoked = revoked.ok_or_else(|| ApiError::not_found("token", id))?;
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new("token.revoke").target(format!(
+            "token {} ({}) of user {}",
+            revoked.id, revoked.name, revoked.user_id
+        )),
+    )
+    .await?;
+    tx.commit().await?;
     tracing::info!(user = %p.actor, token_id = id, "API token revoked");
     Ok(Json(revoked))
 }
