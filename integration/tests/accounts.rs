@@ -623,3 +623,71 @@ async fn admins_manage_users_and_nobody_else_may() {
         .count();
     assert_eq!(refused, 1, "{audit}");
 }
+
+/// The route table: every route of the API, called as nobody, a viewer, an operator with no
+/// matching pattern and an admin, answers 401/403 exactly as its rule says. A route added to the
+/// API is in this table (the router is built from it); a route the layer finds no rule for is
+/// refused to everyone, which fails here too.
+#[tokio::test]
+async fn every_route_lets_in_exactly_the_roles_its_rule_names() {
+    use cadenza_admin::auth::rules::Rule;
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let base = admin.base_url().to_owned();
+    for (name, role) in [("vic", "viewer"), ("opal", "operator")] {
+        let (code, out, err) = create_user(
+            &cluster,
+            &["--name", name, "--role", role, "--job-types", "none.*"],
+            "a long password",
+        )
+        .await;
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    let viewer = token_client(&base, "vic", "a long password").await;
+    let operator = token_client(&base, "opal", "a long password").await;
+    let nobody = ApiClient::new(base.clone(), None).unwrap();
+    let root = admin.api();
+    let rules = cadenza_admin::api::rules();
+    assert!(rules.len() >= 20, "{rules:?}");
+    for (method, path, rule) in &rules {
+        // An id nothing has: no call changes the users and tokens the next calls use.
+        let path = path.replace("{id}", "999999");
+        let body = (!matches!(method.as_str(), "GET" | "HEAD" | "DELETE")).then(|| json!({}));
+        for (who, client) in [
+            ("nobody", &nobody),
+            ("viewer", &viewer),
+            ("operator", &operator),
+            ("admin", &root),
+        ] {
+            let (status, answer) = client
+                .request(method.clone(), &path, body.as_ref())
+                .await
+                .unwrap();
+            let expected = match (rule, who) {
+                (Rule::Public, _) => None,
+                (_, "nobody") => Some(StatusCode::UNAUTHORIZED),
+                (Rule::Write, "viewer") | (Rule::Admin, "viewer" | "operator") => {
+                    Some(StatusCode::FORBIDDEN)
+                }
+                _ => None,
+            };
+            match expected {
+                Some(want) => assert_eq!(status, want, "{method} {path} as {who}: {answer}"),
+                None => assert!(
+                    status != StatusCode::UNAUTHORIZED
+                        && !(status == StatusCode::FORBIDDEN
+                            && answer.to_string().contains("role")),
+                    "{method} {path} as {who} ({rule:?}) was refused: {status} {answer}"
+                ),
+            }
+            assert!(
+                !answer.to_string().contains("no authorization rule"),
+                "{method} {path}: {answer}"
+            );
+            assert!(
+                status.as_u16() < 500,
+                "{method} {path} as {who}: {status} {answer}"
+            );
+        }
+    }
+}
