@@ -140,6 +140,27 @@ async fn the_cli_round_trips_against_a_running_admin() {
     let enabled = cadenza(&home, &env, &["jobs", "enable", &id, "--json"]).await;
     assert_eq!(enabled.json()["enabled"], true);
 
+    // The audit shows what was done, newest first.
+    let audit = cadenza(&home, &env, &["audit", "--job-id", &id]).await;
+    assert_eq!(audit.code, 0, "{}", audit.stderr);
+    let lines: Vec<&str> = audit.stdout.lines().collect();
+    assert!(
+        lines[0].contains("ACTOR") && lines[0].contains("ACTION"),
+        "{}",
+        audit.stdout
+    );
+    for (line, action) in
+        lines[1..]
+            .iter()
+            .zip(["job.enable", "job.disable", "job.trigger", "job.create"])
+    {
+        assert!(
+            line.contains(action) && line.contains("service"),
+            "{}",
+            audit.stdout
+        );
+    }
+
     // Replay the run: a dry run lists it, the replay runs it again.
     let from = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
     let to = (Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();

@@ -55,6 +55,22 @@ enum Command {
     Workers,
     /// Re-run triggers read back from a job type's topic.
     Replay(replay::ReplayArgs),
+    /// The audit trail: who changed what, newest first.
+    Audit {
+        /// Only what this actor did (a user name, or `service`).
+        #[arg(long)]
+        actor: Option<String>,
+        #[arg(long)]
+        job_id: Option<i64>,
+        /// From this time on (RFC 3339).
+        #[arg(long)]
+        from: Option<String>,
+        /// Before this time (RFC 3339).
+        #[arg(long)]
+        to: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,6 +226,24 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Replay(args) => replay::run(&client, &out, args).await,
+        Command::Audit {
+            actor,
+            job_id,
+            from,
+            to,
+            limit,
+        } => {
+            let q = query(&[
+                ("actor", actor),
+                ("job_id", job_id.map(|j| j.to_string())),
+                ("from", from),
+                ("to", to),
+                ("limit", Some(limit.to_string())),
+            ]);
+            let v = client.get(&format!("/api/audit?{q}")).await?;
+            out.table(&v, &v["audit"], &AUDIT_COLUMNS)?;
+            Ok(())
+        }
     }
 }
 
@@ -235,6 +269,16 @@ const RUN_COLUMNS: [(&str, &str); 9] = [
     ("ATTEMPT", "attempt"),
     ("PARENT", "parent_id"),
     ("MESSAGE", "message"),
+];
+const AUDIT_COLUMNS: [(&str, &str); 8] = [
+    ("ID", "id"),
+    ("AT", "at"),
+    ("ACTOR", "actor"),
+    ("ACTION", "action"),
+    ("OUTCOME", "outcome"),
+    ("JOB", "job_id"),
+    ("TARGET", "target"),
+    ("FROM", "source"),
 ];
 const WORKER_COLUMNS: [(&str, &str); 6] = [
     ("WORKER", "worker_id"),
