@@ -62,18 +62,6 @@ fn new_producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
         .create()?)
 }
 
-/// The warning for a trigger topic that already exists with another partition count than
-/// `CADENZA_TRIGGER_PARTITIONS`: the topic's count is the one used.
-pub fn partition_mismatch(topic: &str, configured: i32, actual: i32) -> Option<String> {
-    (configured != actual).then(|| {
-        format!(
-            "trigger topic {topic} already exists with {actual} partitions, but this admin's \
-             CADENZA_TRIGGER_PARTITIONS is {configured}: the topic's {actual} partitions are \
-             used (give admins and workers the same setting)"
-        )
-    })
-}
-
 /// A record read back from a trigger topic.
 #[derive(Debug, Clone)]
 pub struct ReadRecord {
@@ -318,9 +306,12 @@ impl KafkaClients {
                 };
                 if created {
                     tracing::info!(%topic, partitions, "trigger topic created");
-                } else if let Some(warning) =
-                    partition_mismatch(&topic, self.settings.trigger_partitions, partitions)
-                {
+                } else if let Some(warning) = cadenza_worker::topics::partition_mismatch(
+                    &topic,
+                    "admin",
+                    self.settings.trigger_partitions,
+                    usize::try_from(partitions).unwrap_or_default(),
+                ) {
                     tracing::warn!("{warning}");
                 }
                 sqlx::query(sql!("jobs/insert_job_type"))
@@ -379,22 +370,5 @@ impl KafkaClients {
             }
         })
         .await?
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_partition_count_mismatch_names_both_numbers() {
-        assert_eq!(partition_mismatch("c.trigger.x", 6, 6), None);
-        let w = partition_mismatch("c.trigger.x", 6, 4).unwrap();
-        assert!(
-            w.contains("c.trigger.x already exists with 4 partitions")
-                && w.contains("CADENZA_TRIGGER_PARTITIONS is 6")
-                && w.contains("the topic's 4 partitions are used"),
-            "{w}"
-        );
     }
 }

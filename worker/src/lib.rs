@@ -59,7 +59,7 @@ mod offsets;
 mod producer;
 mod results;
 mod run;
-mod topics;
+pub mod topics;
 
 pub use config::{
     default_worker_id, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY,

@@ -37,12 +37,17 @@ pub(crate) enum Ensured {
     Failed(String),
 }
 
-/// The warning for a topic that exists with another partition count than this worker's setting:
-/// the topic's count is the one used.
-pub(crate) fn partition_mismatch(topic: &str, configured: i32, actual: usize) -> Option<String> {
+/// The warning for a trigger topic that exists with another partition count than `who`'s
+/// (`admin`, `worker`) setting: the topic's count is the one used. Shared with the admin.
+pub fn partition_mismatch(
+    topic: &str,
+    who: &str,
+    configured: i32,
+    actual: usize,
+) -> Option<String> {
     (usize::try_from(configured).ok() != Some(actual)).then(|| {
         format!(
-            "trigger topic {topic} already exists with {actual} partitions, but this worker's \
+            "trigger topic {topic} already exists with {actual} partitions, but this {who}'s \
              CADENZA_TRIGGER_PARTITIONS is {configured}: the topic's {actual} partitions are \
              used (give admins and workers the same setting)"
         )
@@ -84,7 +89,9 @@ pub(crate) async fn ensure_trigger_topics(
                 "trigger topic created"
             ),
             Ensured::Existed => {
-                match count.and_then(|n| partition_mismatch(topic, config.trigger_partitions, n)) {
+                match count
+                    .and_then(|n| partition_mismatch(topic, "worker", config.trigger_partitions, n))
+                {
                     Some(warning) => tracing::warn!("{warning}"),
                     None => tracing::debug!(%topic, partitions = ?count, "trigger topic exists"),
                 }
@@ -208,11 +215,11 @@ mod tests {
 
     #[test]
     fn a_partition_count_mismatch_names_both_numbers() {
-        assert_eq!(partition_mismatch("c.trigger.x", 6, 6), None);
-        let w = partition_mismatch("c.trigger.x", 6, 4).unwrap();
+        assert_eq!(partition_mismatch("c.trigger.x", "worker", 6, 6), None);
+        let w = partition_mismatch("c.trigger.x", "worker", 6, 4).unwrap();
         assert!(
             w.contains("c.trigger.x already exists with 4 partitions")
-                && w.contains("CADENZA_TRIGGER_PARTITIONS is 6")
+                && w.contains("this worker's CADENZA_TRIGGER_PARTITIONS is 6")
                 && w.contains("the topic's 4 partitions are used"),
             "{w}"
         );

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{parse_id, parse_limit, ApiError, ApiResult, Params, Shared};
+use super::{parse_id, parse_limit, parse_time, ApiResult, Params, Shared};
 use crate::auth::Principal;
 
 #[derive(Serialize, sqlx::FromRow)]
@@ -26,20 +26,6 @@ pub struct AuditRow {
     detail: Option<String>,
 }
 
-fn time(field: &str, s: Option<&String>) -> ApiResult<Option<DateTime<Utc>>> {
-    s.map(|s| {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|_| {
-                ApiError::invalid(
-                    field,
-                    format!("{s:?} is not an RFC 3339 time such as 2026-11-21T10:00:00Z"),
-                )
-            })
-    })
-    .transpose()
-}
-
 /// `?actor=&job_id=&from=&to=&before_id=&limit=`
 pub async fn list(
     state: Shared,
@@ -55,8 +41,8 @@ pub async fn list(
     let rows: Vec<AuditRow> = sqlx::query_as(sql!("auth/audit_list"))
         .bind(q.get("actor"))
         .bind(job_id)
-        .bind(time("from", q.get("from"))?)
-        .bind(time("to", q.get("to"))?)
+        .bind(parse_time("from", q.get("from"))?)
+        .bind(parse_time("to", q.get("to"))?)
         .bind(before)
         .bind(limit)
         .bind(p.visible_like())

@@ -260,6 +260,24 @@ pub(crate) fn parse_id(field: &str, s: &str) -> ApiResult<i64> {
     })
 }
 
+/// Parses an optional RFC 3339 time query parameter.
+pub(crate) fn parse_time(
+    field: &str,
+    s: Option<&String>,
+) -> ApiResult<Option<chrono::DateTime<chrono::Utc>>> {
+    s.map(|s| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|_| {
+                ApiError::invalid(
+                    field,
+                    format!("{s:?} is not an RFC 3339 time such as 2026-11-21T10:00:00Z"),
+                )
+            })
+    })
+    .transpose()
+}
+
 /// Parses an optional `limit` query parameter (1..=1000, default 100).
 pub(crate) fn parse_limit(s: Option<&String>) -> ApiResult<i64> {
     match s {

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::route::registry::Registry;
 
-use super::{parse_id, parse_limit, ApiError, ApiResult, Params, Shared};
+use super::{parse_id, parse_limit, parse_time, ApiError, ApiResult, Params, Shared};
 use crate::auth::{Access, Principal};
 
 /// One run as the API shows it.
@@ -89,21 +89,10 @@ pub async fn list(
         Some(s) => parse_id("before_id", s)?,
     };
     let limit = parse_limit(q.get("limit"))?;
-    let time = |field: &str| -> ApiResult<Option<DateTime<Utc>>> {
-        q.get(field)
-            .map(|s| {
-                DateTime::parse_from_rfc3339(s)
-                    .map(|t| t.with_timezone(&Utc))
-                    .map_err(|_| {
-                        ApiError::invalid(
-                            field,
-                            format!("{s:?} is not an RFC 3339 time such as 2026-11-21T10:00:00Z"),
-                        )
-                    })
-            })
-            .transpose()
-    };
-    let (from, to) = (time("from")?, time("to")?);
+    let (from, to) = (
+        parse_time("from", q.get("from"))?,
+        parse_time("to", q.get("to"))?,
+    );
     let kind = match q.get("kind") {
         None => None,
         Some(s) => Some(
