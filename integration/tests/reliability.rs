@@ -142,6 +142,12 @@ async fn absurd_durations_are_refused_and_a_job_that_cannot_be_planned_stops_alo
         .wait_for_log("the job stops firing until it is edited", WAIT)
         .await
         .unwrap();
+    // Measure from a worker that is consuming already: its first assignment can take seconds.
+    cadenza_integration::wait_until(WAIT, "the healthy job's first run succeeded", || async {
+        Ok(succeeded(api, healthy).await >= 1)
+    })
+    .await
+    .unwrap();
     let before = succeeded(api, healthy).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = succeeded(api, healthy).await;
