@@ -22,7 +22,7 @@ pub const DEFAULT_BACKOFF_MAX_MS: i64 = 3_600_000;
 const MAX_ALARM_EMAILS: usize = 20;
 
 /// How the wait before a retry grows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Backoff {
     /// `retry_backoff_ms` before every retry.
@@ -66,32 +66,52 @@ impl std::str::FromStr for Backoff {
 }
 
 /// A job as the API accepts it (create, or the merged result of an update).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// 1 to 200 characters.
     pub name: String,
+    /// The handler family; its trigger topic is `<prefix>.trigger.<job_type>`.
     pub job_type: JobType,
     pub schedule: Schedule,
+    /// Which worker runs each fire (default `round`).
     #[serde(default = "default_route")]
     pub route: RouteStrategy,
+    /// What a worker does when the job's previous run is still running (default
+    /// `serial_execution`).
     #[serde(default = "default_block")]
     pub block: BlockStrategy,
+    /// What happens to fire times missed by more than `misfire_threshold_ms` (default
+    /// `do_nothing`).
     #[serde(default = "default_misfire")]
     pub misfire: MisfireStrategy,
+    /// Milliseconds after its fire time that a fire time counts as missed: 0 to 366 days
+    /// (default 5000).
     #[serde(default = "default_threshold")]
+    #[schema(minimum = 0, maximum = 31_622_400_000i64)]
     pub misfire_threshold_ms: i64,
+    /// Free text given to the handler (at most 256 KiB).
     #[serde(default)]
     pub params: String,
+    /// The run is cut short after this many milliseconds (0: no limit; at most 366 days).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 31_622_400_000i64)]
     pub timeout_ms: i64,
+    /// How many times a failed run is retried (0 to 100).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 100)]
     pub retries: i32,
+    /// Milliseconds before a retry (at most 30 days).
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 2_592_000_000i64)]
     pub retry_backoff_ms: i64,
     #[serde(default)]
     pub retry_backoff: Backoff,
+    /// The longest wait of an exponential backoff (default one hour; at most 30 days).
     #[serde(default = "default_backoff_max")]
+    #[schema(minimum = 0, maximum = 2_592_000_000i64)]
     pub retry_backoff_max_ms: i64,
+    /// Jobs fired when a run of this one succeeds.
     #[serde(default)]
     pub children: Vec<JobId>,
     /// URL that receives a JSON POST for every failed run (failed, timed out, lost).
@@ -234,7 +254,8 @@ impl JobSpec {
     }
 }
 
-/// A stored job, as the API returns it.
+/// A stored job, as the API returns it: its [`JobSpec`] fields and the ones below. Its OpenAPI
+/// schema is built from `JobSpec`'s (see `impl utoipa::PartialSchema for Job`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Job {
     pub id: JobId,
@@ -244,6 +265,129 @@ pub struct Job {
     pub next_fire_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// `JobSpec`'s OpenAPI object schema, changed by `change`.
+fn spec_schema_with(
+    change: impl FnOnce(&mut utoipa::openapi::schema::Object),
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::Schema;
+    use utoipa::openapi::RefOr;
+    let mut schema = <JobSpec as utoipa::PartialSchema>::schema();
+    if let RefOr::T(Schema::Object(object)) = &mut schema {
+        change(object);
+    }
+    schema
+}
+
+impl utoipa::PartialSchema for Job {
+    /// `JobSpec`'s fields, every one present, and the stored job's own.
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        use utoipa::openapi::Required;
+        spec_schema_with(|o| {
+            o.description =
+                Some("A stored job: its definition and what the admin keeps of it.".into());
+            o.additional_properties = None;
+            o.required = o.properties.keys().cloned().collect();
+            let int = |format, description: &str| {
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .format(Some(SchemaFormat::KnownFormat(format)))
+                    .description(Some(description))
+                    .build()
+            };
+            let time = |nullable: bool, description: &str| {
+                let t = if nullable {
+                    utoipa::openapi::schema::SchemaType::from_iter([Type::String, Type::Null])
+                } else {
+                    utoipa::openapi::schema::SchemaType::new(Type::String)
+                };
+                ObjectBuilder::new()
+                    .schema_type(t)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+                    .description(Some(description))
+                    .build()
+            };
+            for (name, schema, required) in [
+                (
+                    "id",
+                    int(KnownFormat::Int64, "The job's id."),
+                    Required::True,
+                ),
+                (
+                    "shard",
+                    int(
+                        KnownFormat::Int32,
+                        "The scheduler shard the job belongs to.",
+                    ),
+                    Required::True,
+                ),
+                (
+                    "next_fire_at",
+                    time(
+                        true,
+                        "When it fires next (none: disabled, or no more fire times).",
+                    ),
+                    Required::True,
+                ),
+                (
+                    "created_at",
+                    time(false, "When it was created."),
+                    Required::True,
+                ),
+                (
+                    "updated_at",
+                    time(false, "When it was last changed."),
+                    Required::True,
+                ),
+            ] {
+                o.properties.insert(name.to_owned(), schema.into());
+                if required == Required::True {
+                    o.required.push(name.to_owned());
+                }
+            }
+        })
+    }
+}
+
+impl utoipa::ToSchema for Job {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <JobSpec as utoipa::ToSchema>::schemas(schemas);
+    }
+}
+
+/// The body of `PATCH /api/jobs/{id}`: any of [`JobSpec`]'s fields; the rest stay as they are.
+/// Its schema is `JobSpec`'s with no field required.
+pub struct JobPatch;
+
+impl utoipa::PartialSchema for JobPatch {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        spec_schema_with(|o| {
+            o.description = Some(
+                "The fields of the job to change; those left out stay as they are. The result \
+                 is validated as a whole, as on creation."
+                    .into(),
+            );
+            o.required.clear();
+        })
+    }
+}
+
+impl utoipa::ToSchema for JobPatch {
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        <JobSpec as utoipa::ToSchema>::schemas(schemas);
+    }
 }
 
 /// The `jobs` row as selected by `queries/jobs/*.sql`.

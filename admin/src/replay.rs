@@ -24,7 +24,7 @@ pub const MAX_RUNS: i64 = 10_000;
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// An offset range of one partition, both ends included.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PartitionRange {
     pub partition: i32,
@@ -32,8 +32,9 @@ pub struct PartitionRange {
     pub to_offset: i64,
 }
 
-/// `POST /api/replay`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A replay: the triggers of a job type's topic to run again, by fire-time window or by
+/// partition offsets (or both), optionally of one job.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     pub job_type: JobType,
@@ -55,7 +56,7 @@ pub struct ReplayRequest {
 }
 
 /// One trigger found for the replay.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ReplayedRun {
     /// The original run.
     pub original_id: i64,
@@ -69,7 +70,8 @@ pub struct ReplayedRun {
     pub trigger_id: Option<i64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// What a replay found and ran.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ReplayOutcome {
     /// The audit record (absent in a dry run).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -5,21 +5,53 @@ use serde::{Deserialize, Serialize};
 
 /// Identifier of a job definition (the `jobs` table's primary key).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    utoipa::ToSchema,
 )]
 #[serde(transparent)]
 pub struct JobId(pub i64);
 
 /// Identifier of one run of a job (the `triggers` table's primary key).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    utoipa::ToSchema,
 )]
 #[serde(transparent)]
 pub struct TriggerId(pub i64);
 
 /// Identifier of a worker process, unique while it lives (e.g. `host-1234-1a2b`).
 #[derive(
-    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    utoipa::ToSchema,
 )]
 #[serde(transparent)]
 pub struct WorkerId(pub String);
@@ -37,8 +69,11 @@ display_inner!(JobId, TriggerId, WorkerId);
 
 /// A job type names a family of jobs served by the same handler; each has its own trigger topic
 /// `<prefix>.trigger.<job_type>`, so it must be a legal part of a Kafka topic name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema, utoipa::ToSchema,
+)]
 #[serde(transparent)]
+#[schema(value_type = String, min_length = 1, max_length = 200, pattern = "^[A-Za-z0-9._-]+$")]
 pub struct JobType(String);
 
 /// Longest job type accepted. Kafka topic names are limited to 249 characters and the trigger

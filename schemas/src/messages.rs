@@ -245,7 +245,7 @@ pub struct Heartbeat {
 }
 
 /// Runs of one job in progress on a worker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema)]
 pub struct RunningJob {
     pub job_id: JobId,
     /// Running plus waiting runs.

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// This is the wire shape only; the admin validates it (cron syntax, time zone, intervals) and
 /// computes fire times.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Schedule {
     /// A cron expression with seconds (6 fields) or without (5 fields, fires at second 0),

@@ -22,7 +22,7 @@ macro_rules! wire_enum {
         $name:ident, $what:literal { $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)? }
     ) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema, utoipa::ToSchema)]
         #[serde(rename_all = "snake_case")]
         pub enum $name {
             $( $(#[$vmeta])* #[serde(rename = $text)] $variant ),+

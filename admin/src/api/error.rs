@@ -4,20 +4,110 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde::Serialize;
 
 use crate::jobs::FieldError;
+
+/// Every `error.code` the API answers with. The code is stable; the message may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the request body is empty or not JSON.
+    MalformedJson,
+    /// 400: the request body could not be read (not UTF-8, cut short).
+    MalformedBody,
+    /// 400: the query string could not be decoded.
+    MalformedQuery,
+    /// 401: no credentials, or a wrong, expired or revoked token, session or password.
+    Unauthorized,
+    /// 403: signed in, but the role or the job-type patterns do not allow it.
+    Forbidden,
+    /// 403: a write made with the session cookie lacks the `X-CSRF-Token` header of the session.
+    CsrfRequired,
+    /// 404: no such job, run, user, token or endpoint.
+    NotFound,
+    /// 405: the path exists, the method does not (the `Allow` header lists the methods).
+    MethodNotAllowed,
+    /// 409: a user of that name exists already.
+    UserExists,
+    /// 413: the request body is over the limit (1 MiB).
+    PayloadTooLarge,
+    /// 422: a field is invalid; `field` names it (`schedule.expr`, `alarm_emails[2]`, a query
+    /// parameter).
+    InvalidField,
+    /// 422: the replay selects no run.
+    NothingToReplay,
+    /// 422: the replay selects more runs than `max_runs` allows.
+    ReplayTooLarge,
+    /// 429: too many failed sign-ins for this name or address; `Retry-After` says when to retry.
+    TooManyAttempts,
+    /// 500: a defect; the admin's log has the details.
+    Internal,
+    /// 503: PostgreSQL did not answer; retry shortly.
+    DatabaseUnavailable,
+    /// 503: the Kafka broker did not answer; retry shortly.
+    BrokerUnavailable,
+}
+
+impl ErrorCode {
+    /// The code as written in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::MalformedJson => "malformed_json",
+            ErrorCode::MalformedBody => "malformed_body",
+            ErrorCode::MalformedQuery => "malformed_query",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::CsrfRequired => "csrf_required",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::UserExists => "user_exists",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::InvalidField => "invalid_field",
+            ErrorCode::NothingToReplay => "nothing_to_replay",
+            ErrorCode::ReplayTooLarge => "replay_too_large",
+            ErrorCode::TooManyAttempts => "too_many_attempts",
+            ErrorCode::Internal => "internal",
+            ErrorCode::DatabaseUnavailable => "database_unavailable",
+            ErrorCode::BrokerUnavailable => "broker_unavailable",
+        }
+    }
+}
+
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    pub code: ErrorCode,
+    /// What went wrong and what to do about it, for a person.
+    pub message: String,
+    /// The field at fault (`invalid_field` only): a body path such as `schedule.expr` or a query
+    /// parameter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
 
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub field: Option<String>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -30,7 +120,7 @@ impl ApiError {
         let field = field.into();
         Self {
             status: StatusCode::UNPROCESSABLE_ENTITY,
-            code: "invalid_field",
+            code: ErrorCode::InvalidField,
             message: format!("{field}: {message}"),
             field: Some(field),
         }
@@ -39,25 +129,25 @@ impl ApiError {
     pub fn not_found(what: &str, id: impl std::fmt::Display) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ErrorCode::NotFound,
             format!("{what} {id} does not exist"),
         )
     }
 
     pub fn unauthorized(message: &str) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+        Self::new(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message)
     }
 
     /// `403 forbidden`: signed in, but the role or job-type patterns do not allow it.
     pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+        Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message)
     }
 
     fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "request failed");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
+            ErrorCode::Internal,
             "internal error; the admin's log has the details",
         )
     }
@@ -76,7 +166,7 @@ impl From<sqlx::Error> for ApiError {
                 tracing::error!(error = %e, "database unavailable");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
+                    ErrorCode::DatabaseUnavailable,
                     "the database is not reachable; try again shortly",
                 )
             }
@@ -91,7 +181,7 @@ impl From<anyhow::Error> for ApiError {
             if matches!(sqlx, sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) {
                 return ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "database_unavailable",
+                    ErrorCode::DatabaseUnavailable,
                     "the database is not reachable; try again shortly",
                 );
             }
@@ -100,7 +190,7 @@ impl From<anyhow::Error> for ApiError {
             tracing::error!(error = %e, "broker unavailable");
             return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "broker_unavailable",
+                ErrorCode::BrokerUnavailable,
                 "the Kafka broker did not answer; try again shortly",
             );
         }
@@ -110,11 +200,14 @@ impl From<anyhow::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut error = json!({ "code": self.code, "message": self.message });
-        if let Some(field) = self.field {
-            error["field"] = json!(field);
-        }
-        (self.status, Json(json!({ "error": error }))).into_response()
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+                field: self.field,
+            },
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -123,7 +216,7 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
-            "malformed_json",
+            ErrorCode::MalformedJson,
             "the request body is empty; send a JSON object",
         ));
     }
@@ -134,7 +227,7 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiE
         if inner.is_syntax() || inner.is_eof() {
             return ApiError::new(
                 StatusCode::BAD_REQUEST,
-                "malformed_json",
+                ErrorCode::MalformedJson,
                 format!("the request body is not valid JSON: {inner}"),
             );
         }
@@ -174,7 +267,7 @@ mod tests {
             parse_body::<JobSpec>(br#"{"job_type":"a","schedule":{"kind":"none"}}"#).unwrap_err();
         assert_eq!(
             (e.code, e.field.as_deref()),
-            ("invalid_field", Some("name"))
+            (ErrorCode::InvalidField, Some("name"))
         );
         let e = parse_body::<JobSpec>(
             br#"{"name":"n","job_type":"a","schedule":{"kind":"none"},"route":"sometimes"}"#,

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::Value;
 
-use super::ApiError;
+use super::{ApiError, ErrorCode};
 
 /// The largest request body the API accepts: 1 MiB (a job's `params` may be 256 KiB).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -26,7 +26,7 @@ const MAX_DRAIN_TIME: Duration = Duration::from_secs(10);
 fn too_large() -> Response {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "payload_too_large",
+        ErrorCode::PayloadTooLarge,
         format!(
             "the request body is larger than the API's limit of {MAX_BODY_BYTES} bytes (1 MiB); \
              send less (a job's params hold at most 256 KiB)"
@@ -79,7 +79,7 @@ pub async fn limit_body(req: Request, next: Next) -> Response {
                 tracing::debug!(error = %e, "reading a request body failed");
                 return ApiError::new(
                     StatusCode::BAD_REQUEST,
-                    "malformed_body",
+                    ErrorCode::MalformedBody,
                     "the request body could not be read to its end",
                 )
                 .into_response();
@@ -117,7 +117,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
             Query::<HashMap<String, String>>::try_from_uri(&parts.uri).map_err(|e| {
                 ApiError::new(
                     StatusCode::BAD_REQUEST,
-                    "malformed_query",
+                    ErrorCode::MalformedQuery,
                     format!("the query string cannot be read: {}", e.body_text()),
                 )
             })?;

@@ -6,14 +6,18 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use cadenza_schemas::TriggerKind;
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use super::{parse_body, parse_id, parse_limit, ApiError, ApiResult, AppState, Params, Shared};
+use super::doc::Id;
+use super::{
+    parse_body, parse_bool, parse_id, parse_limit, ApiError, ApiResult, AppState, ErrorBody,
+    Params, Shared,
+};
 use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
-use crate::jobs::{Job, JobRow, JobSpec};
+use crate::jobs::{Job, JobPatch, JobRow, JobSpec};
 use crate::outcome::NewRuns;
 use crate::schedule::JobSchedule;
 
@@ -127,6 +131,9 @@ fn bind_spec<'q>(
         .bind(&spec.alarm_emails))
 }
 
+/// Creates a job. It fires by its schedule from now on (unless `enabled` is false).
+#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobSpec,
+    responses((status = 201, description = "Created.", body = Job)))]
 pub async fn create(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -158,22 +165,40 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(job)))
 }
 
+/// Which jobs, a page at a time.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `Params`
+pub struct JobQuery {
+    /// Only jobs of this job type.
+    job_type: Option<String>,
+    /// Only enabled (`true`) or disabled (`false`) jobs.
+    enabled: Option<bool>,
+    /// The page after this id (`next_after_id` of the previous page).
+    #[param(minimum = 1)]
+    after_id: Option<i64>,
+    /// Jobs per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// A page of jobs.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct JobList {
+    jobs: Vec<Job>,
+    /// Give it as `after_id` for the next page; none on the last page.
+    next_after_id: Option<i64>,
+}
+
+/// The jobs the caller may see, by id.
+#[utoipa::path(get, path = "/jobs", tag = "jobs", params(JobQuery),
+    responses((status = 200, description = "A page of jobs.", body = JobList)))]
 pub async fn list(
     state: Shared,
     Extension(p): Extension<Principal>,
     Params(q): Params,
-) -> ApiResult<Json<Value>> {
-    let enabled = match q.get("enabled").map(String::as_str) {
-        None => None,
-        Some("true") => Some(true),
-        Some("false") => Some(false),
-        Some(other) => {
-            return Err(ApiError::invalid(
-                "enabled",
-                format!("{other:?} is not true or false"),
-            ))
-        }
-    };
+) -> ApiResult<Json<JobList>> {
+    let enabled = parse_bool("enabled", q.get("enabled"))?;
     let after = match q.get("after_id") {
         None => 0,
         Some(s) => parse_id("after_id", s)?,
@@ -194,7 +219,10 @@ pub async fn list(
     let next = (jobs.len() as i64 == limit)
         .then(|| jobs.last().map(|j| j.id.0))
         .flatten();
-    Ok(Json(json!({ "jobs": jobs, "next_after_id": next })))
+    Ok(Json(JobList {
+        jobs,
+        next_after_id: next,
+    }))
 }
 
 async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
@@ -206,6 +234,12 @@ async fn load(state: &AppState, id: &str) -> ApiResult<Job> {
     to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)
 }
 
+/// One job.
+#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs", params(Id),
+    responses(
+        (status = 200, description = "The job.", body = Job),
+        (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn get(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -314,6 +348,12 @@ async fn modify(
     Ok(job)
 }
 
+/// Changes some fields of a job; its next fire time follows a new schedule.
+#[utoipa::path(patch, path = "/jobs/{id}", tag = "jobs", params(Id), request_body = JobPatch,
+    responses(
+        (status = 200, description = "Changed.", body = Job),
+        (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn update(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -349,6 +389,12 @@ async fn set_enabled(state: &AppState, p: &Principal, id: &str, enabled: bool) -
     .await
 }
 
+/// Enables a job: it fires again from its next fire time after now.
+#[utoipa::path(post, path = "/jobs/{id}/enable", tag = "jobs", params(Id),
+    responses(
+        (status = 200, description = "Enabled.", body = Job),
+        (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn enable(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -357,6 +403,12 @@ pub async fn enable(
     Ok(Json(set_enabled(&state, &p, &id, true).await?))
 }
 
+/// Disables a job: it stops firing; runs already due still run.
+#[utoipa::path(post, path = "/jobs/{id}/disable", tag = "jobs", params(Id),
+    responses(
+        (status = 200, description = "Disabled.", body = Job),
+        (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn disable(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -365,6 +417,12 @@ pub async fn disable(
     Ok(Json(set_enabled(&state, &p, &id, false).await?))
 }
 
+/// Deletes a job; its runs stay in the history.
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs", params(Id),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn delete(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -401,17 +459,28 @@ pub async fn delete(
 /// Longest delay of a triggered run: one year.
 const MAX_TRIGGER_DELAY_MS: i64 = 365 * 24 * 3_600_000;
 
-#[derive(Debug, Default, Deserialize)]
+/// A run of a job outside its schedule. Every field is optional, and so is the body.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct TriggerRequest {
+pub struct TriggerRequest {
     /// Parameters for this run instead of the job's.
     params: Option<String>,
-    /// A worker to run it on.
+    /// A live worker serving the job type to run it on (its id, as `GET /api/workers` shows).
     worker: Option<String>,
-    /// Run at this instant (RFC 3339) rather than now.
+    /// Run at this instant (RFC 3339, at most a year ahead) rather than now.
     at: Option<DateTime<Utc>>,
-    /// Run this many milliseconds from now.
+    /// Run this many milliseconds from now (0 to one year); not with `at`.
+    #[schema(minimum = 0, maximum = 31_536_000_000i64)]
     delay_ms: Option<i64>,
+}
+
+/// The runs a trigger made.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Triggered {
+    /// One run, or one per live worker for a `sharding_broadcast` job.
+    trigger_ids: Vec<i64>,
+    /// When they are due.
+    fire_time: DateTime<Utc>,
 }
 
 impl TriggerRequest {
@@ -455,17 +524,25 @@ impl TriggerRequest {
     }
 }
 
+/// Runs a job now, later, with other parameters or on a chosen worker (XXL-JOB's "run once").
+/// A run due now is of kind `manual`, a later one of kind `api`.
+#[utoipa::path(post, path = "/jobs/{id}/trigger", tag = "jobs", params(Id),
+    request_body(content = Option<TriggerRequest>, description = "Optional."),
+    responses(
+        (status = 202, description = "The runs are recorded; they are published when due.", body = Triggered),
+        (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn trigger(
     state: Shared,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     body: Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<Triggered>)> {
     let id = parse_id("id", &id)?;
     let req: TriggerRequest = if body.iter().all(|b| b.is_ascii_whitespace()) {
         TriggerRequest::default()
     } else {
-        parse_body(&body)?
+        parse_body::<Option<TriggerRequest>>(&body)?.unwrap_or_default()
     };
     if let Some(w) = &req.worker {
         if w.trim().is_empty() {
@@ -524,6 +601,9 @@ pub async fn trigger(
     );
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "trigger_ids": trigger_ids, "fire_time": fire_time.unwrap_or(now) })),
+        Json(Triggered {
+            trigger_ids,
+            fire_time: fire_time.unwrap_or(now),
+        }),
     ))
 }

@@ -3,6 +3,7 @@
 
 mod alarms;
 mod audit;
+mod doc;
 mod error;
 mod input;
 mod jobs;
@@ -22,12 +23,15 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, patch, post, MethodRouter};
+use axum::routing::get;
 use axum::Router;
 use secrecy::SecretString;
 use sqlx::PgPool;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa_axum::router::UtoipaMethodRouter;
+use utoipa_axum::routes;
 
-pub use error::{parse_body, ApiError, ApiResult};
+pub use error::{parse_body, ApiError, ApiResult, ErrorBody, ErrorCode};
 use input::Params;
 
 use crate::audit::{Actor, Entry};
@@ -60,12 +64,15 @@ async fn authorize(State(state): Shared, mut req: Request, next: Next) -> Respon
         // No route matched: the fallback answers 404.
         return next.run(req).await;
     };
-    let Some(rule) = rule_for(&method, &path) else {
-        tracing::error!(%method, %path, "a route has no authorization rule; refused");
-        return ApiError::forbidden(format!(
-            "{method} {path} has no authorization rule, so nobody may call it"
-        ))
-        .into_response();
+    // HEAD is answered by the GET handler, so it needs what GET needs.
+    let ruled = if method == Method::HEAD {
+        Method::GET
+    } else {
+        method.clone()
+    };
+    let Some(rule) = rule_for(&ruled, &path) else {
+        // The path exists with other methods: 405, and the handler never runs.
+        return method_not_allowed(&method, &path);
     };
     let source = req
         .extensions()
@@ -134,6 +141,33 @@ async fn refused(state: &AppState, actor: &Actor, method: &Method, path: &str, w
     }
 }
 
+/// `405 method_not_allowed` with the path's methods in `Allow`.
+fn method_not_allowed(method: &Method, path: &str) -> Response {
+    let allowed = methods_of(path);
+    if allowed.is_empty() {
+        tracing::error!(%method, %path, "a route has no authorization rule; refused");
+        return ApiError::forbidden(format!(
+            "{method} {path} has no authorization rule, so nobody may call it"
+        ))
+        .into_response();
+    }
+    let allow = allowed
+        .iter()
+        .map(Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut resp = ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorCode::MethodNotAllowed,
+        format!("{path} does not take {method}; it takes {allow}"),
+    )
+    .into_response();
+    if let Ok(v) = axum::http::HeaderValue::from_str(&allow) {
+        resp.headers_mut().insert(axum::http::header::ALLOW, v);
+    }
+    resp
+}
+
 async fn healthz() -> &'static str {
     "ok"
 }
@@ -155,71 +189,84 @@ fn panicked(payload: Box<dyn std::any::Any + Send + 'static>) -> Response {
     tracing::error!(panic = %message, "an API handler panicked");
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
-        "internal",
+        ErrorCode::Internal,
         "internal error; the admin's log has the details",
     )
     .into_response()
 }
 
 async fn fallback() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "no such endpoint",
+    )
 }
 
-type Handler = MethodRouter<Arc<AppState>>;
+/// A route and its OpenAPI operation, from the handler's `#[utoipa::path]`: the router and
+/// the document are built from the same thing, so they cannot differ.
+type Route = UtoipaMethodRouter<Arc<AppState>>;
 
-/// Every `/api` route: method, path (under `/api`), who may call it, handler. The router is
-/// built from this table and the authorization layer reads its rules.
-fn routes() -> Vec<(Method, &'static str, Rule, Handler)> {
+/// Every `/api` route and who may call it. The router, the authorization layer and the OpenAPI
+/// document are all built from this table.
+fn routes() -> Vec<(Rule, Route)> {
     use Rule::*;
     vec![
-        (Method::POST, "/session", Public, post(session::login)),
-        (Method::GET, "/session", SignedIn, get(session::whoami)),
-        (Method::DELETE, "/session", Public, delete(session::logout)),
-        (Method::GET, "/users", Admin, get(users::list)),
-        (Method::POST, "/users", Admin, post(users::create)),
-        (Method::PATCH, "/users/{id}", Admin, patch(users::update)),
-        (Method::DELETE, "/users/{id}", Admin, delete(users::delete)),
-        (Method::POST, "/tokens", SignedIn, post(tokens::create)),
-        (Method::GET, "/tokens", SignedIn, get(tokens::list)),
-        (
-            Method::DELETE,
-            "/tokens/{id}",
-            SignedIn,
-            delete(tokens::revoke),
-        ),
-        (Method::POST, "/jobs", Write, post(jobs::create)),
-        (Method::GET, "/jobs", Read, get(jobs::list)),
-        (Method::GET, "/jobs/{id}", Read, get(jobs::get)),
-        (Method::PATCH, "/jobs/{id}", Write, patch(jobs::update)),
-        (Method::DELETE, "/jobs/{id}", Write, delete(jobs::delete)),
-        (Method::POST, "/jobs/{id}/enable", Write, post(jobs::enable)),
-        (
-            Method::POST,
-            "/jobs/{id}/disable",
-            Write,
-            post(jobs::disable),
-        ),
-        (
-            Method::POST,
-            "/jobs/{id}/trigger",
-            Write,
-            post(jobs::trigger),
-        ),
-        (Method::GET, "/triggers", Read, get(triggers::list)),
-        (Method::GET, "/triggers/{id}", Read, get(triggers::get)),
-        (Method::GET, "/workers", Read, get(workers::list)),
-        (Method::GET, "/alarms", Read, get(alarms::list)),
-        (Method::POST, "/replay", Write, post(replay::create)),
-        (Method::GET, "/report", Read, get(report::daily)),
-        (Method::GET, "/audit", Read, get(audit::list)),
+        (Public, routes!(doc::document)),
+        (Public, routes!(session::login)),
+        (SignedIn, routes!(session::whoami)),
+        (Public, routes!(session::logout)),
+        (Admin, routes!(users::list)),
+        (Admin, routes!(users::create)),
+        (Admin, routes!(users::update)),
+        (Admin, routes!(users::delete)),
+        (SignedIn, routes!(tokens::create)),
+        (SignedIn, routes!(tokens::list)),
+        (SignedIn, routes!(tokens::revoke)),
+        (Write, routes!(jobs::create)),
+        (Read, routes!(jobs::list)),
+        (Read, routes!(jobs::get)),
+        (Write, routes!(jobs::update)),
+        (Write, routes!(jobs::delete)),
+        (Write, routes!(jobs::enable)),
+        (Write, routes!(jobs::disable)),
+        (Write, routes!(jobs::trigger)),
+        (Read, routes!(triggers::list)),
+        (Read, routes!(triggers::get)),
+        (Read, routes!(workers::list)),
+        (Read, routes!(alarms::list)),
+        (Write, routes!(replay::create)),
+        (Read, routes!(report::daily)),
+        (Read, routes!(audit::list)),
     ]
+}
+
+/// The methods of an OpenAPI path item, with their operations.
+fn operations(item: &PathItem) -> impl Iterator<Item = (Method, &Operation)> {
+    [
+        (Method::GET, &item.get),
+        (Method::PUT, &item.put),
+        (Method::POST, &item.post),
+        (Method::DELETE, &item.delete),
+        (Method::PATCH, &item.patch),
+    ]
+    .into_iter()
+    .filter_map(|(m, op)| op.as_ref().map(|op| (m, op)))
 }
 
 /// The route table's rules: (method, full path such as `/api/jobs/{id}`, rule).
 pub fn rules() -> Vec<(Method, String, Rule)> {
     routes()
         .into_iter()
-        .map(|(m, p, r, _)| (m, format!("/api{p}"), r))
+        .flat_map(|(rule, (_, paths, _))| {
+            paths
+                .paths
+                .iter()
+                .flat_map(|(path, item)| {
+                    operations(item).map(move |(m, _)| (m, format!("/api{path}"), rule))
+                })
+                .collect::<Vec<_>>()
+        })
         .collect()
 }
 
@@ -231,11 +278,38 @@ fn rule_for(method: &Method, path: &str) -> Option<Rule> {
         .copied()
 }
 
+/// The methods the route table has for `path` (for a `405`'s `Allow` header).
+fn methods_of(path: &str) -> Vec<Method> {
+    rules()
+        .into_iter()
+        .filter(|(_, p, _)| p == path)
+        .map(|(m, _, _)| m)
+        .collect()
+}
+
+/// The OpenAPI 3.1 document of the API (served at `/api/openapi.json`, committed as
+/// `docs/openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    doc::build(routes())
+}
+
+/// [`openapi`] as served and committed: pretty JSON with a final newline.
+pub fn openapi_json() -> String {
+    doc::render(&openapi())
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     let api = routes()
         .into_iter()
-        .fold(Router::new(), |api, (_, path, _, handler)| {
-            api.route(path, handler)
+        .flat_map(|(_, (_, paths, handler))| {
+            paths
+                .paths
+                .keys()
+                .map(|path| (path.clone(), handler.clone()))
+                .collect::<Vec<_>>()
+        })
+        .fold(Router::new(), |api, (path, handler)| {
+            api.route(&path, handler)
         })
         .fallback(fallback)
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
@@ -276,6 +350,19 @@ pub(crate) fn parse_time(
             })
     })
     .transpose()
+}
+
+/// Parses an optional boolean query parameter (`true` or `false`).
+pub(crate) fn parse_bool(field: &str, s: Option<&String>) -> ApiResult<Option<bool>> {
+    match s.map(String::as_str) {
+        None => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(other) => Err(ApiError::invalid(
+            field,
+            format!("{other:?} is not true or false"),
+        )),
+    }
 }
 
 /// Parses an optional `limit` query parameter (1..=1000, default 100).

@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::Json;
 
-use super::{parse_body, ApiError, ApiResult, Shared};
+use super::{parse_body, ApiError, ApiResult, ErrorBody, ErrorCode, Shared};
 use crate::auth::{Access, Principal};
 use crate::replay::{replay, ReplayError, ReplayOutcome, ReplayRequest};
 
@@ -13,18 +13,22 @@ impl From<ReplayError> for ApiError {
     fn from(e: ReplayError) -> Self {
         match e {
             ReplayError::Invalid(f) => f.into(),
-            ReplayError::NothingToReplay(m) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "nothing_to_replay", m)
-            }
-            ReplayError::TooLarge(m) => {
-                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "replay_too_large", m)
-            }
+            ReplayError::NothingToReplay(m) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::NothingToReplay,
+                m,
+            ),
+            ReplayError::TooLarge(m) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorCode::ReplayTooLarge,
+                m,
+            ),
             ReplayError::Database(e) => e.into(),
             ReplayError::Broker(e) => {
                 tracing::error!(error = %e, "replay could not read the topic");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
-                    "broker_unavailable",
+                    ErrorCode::BrokerUnavailable,
                     "the trigger topic could not be read back from the broker; try again shortly",
                 )
             }
@@ -32,6 +36,15 @@ impl From<ReplayError> for ApiError {
     }
 }
 
+/// Runs again the triggers read back from a job type's topic (by fire-time window or
+/// partition offsets), or with `dry_run` lists what would run. At most 10,000 runs a request.
+#[utoipa::path(post, path = "/replay", tag = "operations", request_body = ReplayRequest,
+    responses(
+        (status = 200, description = "Dry run: what would run.", body = ReplayOutcome),
+        (status = 201, description = "Replayed: the new runs.", body = ReplayOutcome),
+        (status = 422, description = "A field is invalid (`invalid_field`), nothing matches \
+            (`nothing_to_replay`), or too much does (`replay_too_large`).", body = ErrorBody),
+    ))]
 pub async fn create(
     state: Shared,
     axum::Extension(p): axum::Extension<Principal>,

@@ -4,21 +4,56 @@
 use std::collections::BTreeMap;
 
 use axum::Json;
+#[allow(unused_imports)] // RunStatus: the schema of `ReportRow::status`
+use cadenza_schemas::RunStatus;
 use chrono::{NaiveDate, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
 
 use super::{parse_id, ApiError, ApiResult, Params, Shared};
 
 /// Longest span of one request, in days.
 const MAX_DAYS: i64 = 366;
 
-#[derive(Debug, Serialize, sqlx::FromRow)]
+/// Runs of one job that ended with one status on one day (UTC).
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ReportRow {
     pub day: NaiveDate,
     pub job_id: i64,
+    #[schema(value_type = RunStatus)]
     pub status: String,
     pub runs: i64,
+}
+
+/// One day's runs.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReportDay {
+    pub day: NaiveDate,
+    pub runs: i64,
+    /// Runs per status.
+    pub by_status: BTreeMap<String, i64>,
+}
+
+/// Runs per day, job and status.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Report {
+    pub from: NaiveDate,
+    pub to: NaiveDate,
+    /// Days with runs, in order.
+    pub days: Vec<ReportDay>,
+    pub rows: Vec<ReportRow>,
+}
+
+/// Which days, and which job.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `Params`
+pub struct ReportQuery {
+    /// The first day (`2026-11-21`; default: six days before `to`). At most 366 days.
+    from: Option<NaiveDate>,
+    /// The last day, included (default: today, UTC).
+    to: Option<NaiveDate>,
+    #[param(minimum = 1)]
+    job_id: Option<i64>,
 }
 
 fn parse_day(field: &str, s: &str) -> ApiResult<NaiveDate> {
@@ -26,13 +61,15 @@ fn parse_day(field: &str, s: &str) -> ApiResult<NaiveDate> {
         .map_err(|_| ApiError::invalid(field, format!("{s:?} is not a date such as 2026-11-21")))
 }
 
-/// `from`, `to` (days, both included; default the last 7 days, UTC), `job_id`. Answers the rows
-/// and, per day, the totals by status.
+/// Runs per day, job and status (XXL-JOB's run report), of the jobs the caller may see, with
+/// each day's totals. Kept up to date as runs end, so it is fast with millions of runs.
+#[utoipa::path(get, path = "/report", tag = "operations", params(ReportQuery),
+    responses((status = 200, description = "The report.", body = Report)))]
 pub async fn daily(
     state: Shared,
     axum::Extension(p): axum::Extension<crate::auth::Principal>,
     Params(q): Params,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Report>> {
     let today = Utc::now().date_naive();
     let to = match q.get("to") {
         Some(s) => parse_day("to", s)?,
@@ -62,15 +99,26 @@ pub async fn daily(
         .bind(p.visible_like())
         .fetch_all(&state.pool)
         .await?;
-    let mut days: BTreeMap<NaiveDate, BTreeMap<&str, i64>> = BTreeMap::new();
+    let mut days: BTreeMap<NaiveDate, BTreeMap<String, i64>> = BTreeMap::new();
     for r in &rows {
-        *days.entry(r.day).or_default().entry(&r.status).or_default() += r.runs;
+        *days
+            .entry(r.day)
+            .or_default()
+            .entry(r.status.clone())
+            .or_default() += r.runs;
     }
-    let totals: Vec<Value> = days
-        .iter()
-        .map(|(day, by)| json!({"day": day, "runs": by.values().sum::<i64>(), "by_status": by}))
+    let days = days
+        .into_iter()
+        .map(|(day, by_status)| ReportDay {
+            day,
+            runs: by_status.values().sum(),
+            by_status,
+        })
         .collect();
-    Ok(Json(
-        json!({"from": from, "to": to, "days": totals, "rows": rows}),
-    ))
+    Ok(Json(Report {
+        from,
+        to,
+        days,
+        rows,
+    }))
 }

@@ -7,10 +7,9 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use secrecy::ExposeSecret;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
-use super::{parse_body, ApiError, ApiResult, AppState, Shared};
+use super::{parse_body, ApiError, ApiResult, AppState, ErrorBody, ErrorCode, Shared};
 use crate::audit::{self, Actor, Entry};
 use crate::auth::{password, secret, Principal, Role, Via};
 
@@ -122,17 +121,85 @@ pub(super) fn check_csrf(principal: &Principal, headers: &HeaderMap) -> ApiResul
     } else {
         Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "csrf_required",
+            ErrorCode::CsrfRequired,
             "a write made with a session cookie needs the session's CSRF token in the X-CSRF-Token header",
         ))
     }
 }
 
-#[derive(Deserialize)]
+/// A sign-in.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Login {
+pub struct Login {
+    /// The user's name (not case-sensitive).
     name: String,
+    #[schema(format = Password)]
     password: String,
+}
+
+/// The user a session belongs to.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SessionUser {
+    id: i64,
+    name: String,
+    role: Role,
+    /// Job-type patterns the user is limited to (`billing.*`); none for an admin.
+    job_types: Vec<String>,
+}
+
+/// A new session. The session itself is the `cadenza_session` cookie.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct SignedIn {
+    user: SessionUser,
+    /// Send it as `X-CSRF-Token` with every write made with the cookie.
+    csrf_token: String,
+    expires_at: DateTime<Utc>,
+}
+
+/// How a request is authenticated.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Credential {
+    ServiceToken,
+    ApiToken,
+    Session,
+}
+
+/// Who a request is made as.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Whoami {
+    /// A user name, or `service` for the service token.
+    actor: String,
+    user_id: Option<i64>,
+    role: Role,
+    job_types: Vec<String>,
+    via: Credential,
+}
+
+/// `; Secure` when the client reached the admin over HTTPS, through a proxy that terminates
+/// TLS and says so (`X-Forwarded-Proto: https`, or `Forwarded: proto=https`): the browser then
+/// sends the cookie over HTTPS only. The admin itself listens on plain HTTP.
+fn secure_flag(headers: &HeaderMap) -> &'static str {
+    let forwarded_proto = headers
+        .get_all("x-forwarded-proto")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim().eq_ignore_ascii_case("https"));
+    let forwarded = headers
+        .get_all(header::FORWARDED)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split([',', ';']))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .any(|(k, v)| {
+            k.eq_ignore_ascii_case("proto") && v.trim_matches('"').eq_ignore_ascii_case("https")
+        });
+    if forwarded_proto || forwarded {
+        "; Secure"
+    } else {
+        ""
+    }
 }
 
 fn client_address(connect: Option<&ConnectInfo<std::net::SocketAddr>>) -> String {
@@ -150,11 +217,21 @@ async fn wait_needed(state: &AppState, keys: &[String]) -> ApiResult<i64> {
     Ok(wait.map_or(0, |w| w.ceil() as i64))
 }
 
-/// `POST /api/session`: signs in with a name and password; sets the session cookie (HttpOnly,
-/// SameSite=Strict) and returns the CSRF token for writes.
+/// Signs in with a name and password: sets the session cookie (HttpOnly, SameSite=Strict, Secure
+/// over HTTPS) and answers the CSRF token for writes. A wrong name and a wrong password answer
+/// the same; after 5 failures for a name or an address, sign-ins wait (up to 5 minutes).
+#[utoipa::path(post, path = "/session", tag = "accounts", request_body = Login,
+    responses(
+        (status = 200, description = "Signed in.", body = SignedIn,
+            headers(("Set-Cookie" = String, description = "`cadenza_session=…; HttpOnly; SameSite=Strict; Path=/`"))),
+        (status = 401, description = "The name or the password is wrong (`unauthorized`).", body = ErrorBody),
+        (status = 429, description = "Too many failed sign-ins (`too_many_attempts`).", body = ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+    ))]
 pub async fn login(
     state: Shared,
     connect: Option<Extension<ConnectInfo<std::net::SocketAddr>>>,
+    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
     let req: Login = parse_body(&body)?;
@@ -168,7 +245,7 @@ pub async fn login(
         tracing::warn!(user = %req.name, %address, wait_s = wait, "sign-in refused: too many failures");
         let mut resp = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
-            "too_many_attempts",
+            ErrorCode::TooManyAttempts,
             format!("too many failed sign-ins; try again in {wait} s"),
         )
         .into_response();
@@ -239,14 +316,24 @@ pub async fn login(
     tx.commit().await?;
     tracing::info!(user = %user.name, %address, "signed in");
     let set_cookie = format!(
-        "{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        SESSION_HOURS * 3600
+        "{COOKIE}={cookie}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+        SESSION_HOURS * 3600,
+        secure_flag(&headers)
     );
-    let mut resp = Json(json!({
-        "user": {"id": user.id, "name": user.name, "role": user.role, "job_types": user.job_types},
-        "csrf_token": csrf,
-        "expires_at": expires,
-    }))
+    let role = user
+        .role
+        .parse::<Role>()
+        .map_err(|e| anyhow::anyhow!("user {} has an unknown role: {e}", user.id))?;
+    let mut resp = Json(SignedIn {
+        user: SessionUser {
+            id: user.id,
+            name: user.name,
+            role,
+            job_types: user.job_types,
+        },
+        csrf_token: csrf,
+        expires_at: expires,
+    })
     .into_response();
     if let Ok(v) = HeaderValue::from_str(&set_cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
@@ -254,19 +341,27 @@ pub async fn login(
     Ok(resp)
 }
 
-/// `GET /api/session`: who the request is made as.
-pub async fn whoami(Extension(p): Extension<Principal>) -> Json<serde_json::Value> {
+/// Who the request is made as, with which role and patterns.
+#[utoipa::path(get, path = "/session", tag = "accounts",
+    responses((status = 200, description = "The caller.", body = Whoami)))]
+pub async fn whoami(Extension(p): Extension<Principal>) -> Json<Whoami> {
     let via = match &p.via {
-        Via::Service => "service_token",
-        Via::Token(_) => "api_token",
-        Via::Session { .. } => "session",
+        Via::Service => Credential::ServiceToken,
+        Via::Token(_) => Credential::ApiToken,
+        Via::Session { .. } => Credential::Session,
     };
-    Json(json!({
-        "actor": p.actor, "user_id": p.user_id, "role": p.role, "job_types": p.patterns, "via": via,
-    }))
+    Json(Whoami {
+        actor: p.actor,
+        user_id: p.user_id,
+        role: p.role,
+        job_types: p.patterns,
+        via,
+    })
 }
 
-/// `DELETE /api/session`: signs out (ends the session of the cookie).
+/// Signs out: ends the session of the cookie, if any, and clears the cookie.
+#[utoipa::path(delete, path = "/session", tag = "accounts",
+    responses((status = 204, description = "Signed out (also when there was no session).")))]
 pub async fn logout(state: Shared, headers: HeaderMap) -> ApiResult<Response> {
     if let Some(cookie) = cookie_value(&headers, COOKIE) {
         sqlx::query("DELETE FROM sessions WHERE hash = $1")
@@ -275,9 +370,12 @@ pub async fn logout(state: Shared, headers: HeaderMap) -> ApiResult<Response> {
             .await?;
     }
     let mut resp = StatusCode::NO_CONTENT.into_response();
-    resp.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("cadenza_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    let clear = format!(
+        "{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
+        secure_flag(&headers)
     );
+    if let Ok(v) = HeaderValue::from_str(&clear) {
+        resp.headers_mut().insert(header::SET_COOKIE, v);
+    }
     Ok(resp)
 }

@@ -6,30 +6,34 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
-use super::{parse_body, parse_id, ApiError, ApiResult, Params, Shared};
+use super::doc::Id;
+use super::{parse_body, parse_bool, parse_id, ApiError, ApiResult, ErrorBody, Params, Shared};
 use crate::audit::{self, Entry};
 use crate::auth::{secret, Principal, Role};
 
 /// Longest lifetime a token may be given: a year.
 const MAX_DAYS: i64 = 366;
 
-#[derive(Deserialize)]
+/// A new personal API token.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct NewToken {
-    /// What it is for (`ci`, `grafana`).
+pub struct NewToken {
+    /// What it is for (`ci`, `grafana`): 1 to 100 characters.
     name: String,
-    /// Days until it expires (default: never).
+    /// Days until it expires, 1 to 366 (default: never).
     #[serde(default)]
     expires_in_days: Option<i64>,
 }
 
-#[derive(Serialize, sqlx::FromRow)]
+/// A personal API token, without its secret.
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct TokenInfo {
     id: i64,
+    /// Its owner; the token acts with the owner's role and patterns.
     user_id: i64,
     name: String,
+    /// The token's first characters, to tell tokens apart.
     prefix: String,
     created_at: DateTime<Utc>,
     expires_at: Option<DateTime<Utc>>,
@@ -46,12 +50,31 @@ fn owner(p: &Principal) -> ApiResult<i64> {
     })
 }
 
-/// `POST /api/tokens`: a new token of the caller; the only answer that shows it.
+/// A new token and its secret, shown this once.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    info: TokenInfo,
+    /// The secret (`cdz_` and 64 hex digits): send it as `Authorization: Bearer …`. Only its
+    /// SHA-256 digest is stored; it cannot be shown again.
+    token: String,
+}
+
+/// The caller's tokens.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct TokenList {
+    tokens: Vec<TokenInfo>,
+}
+
+/// Creates a token for the caller (a user, not the service token). The answer is the only
+/// place the secret appears.
+#[utoipa::path(post, path = "/tokens", tag = "accounts", request_body = NewToken,
+    responses((status = 201, description = "Created.", body = CreatedToken)))]
 pub async fn create(
     state: Shared,
     Extension(p): Extension<Principal>,
     body: Bytes,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<CreatedToken>)> {
     let req: NewToken = parse_body(&body)?;
     let user_id = owner(&p)?;
     let name = req.name.trim();
@@ -84,22 +107,34 @@ pub async fn create(
     .await?;
     tx.commit().await?;
     tracing::info!(user = %p.actor, token_id = info.id, "API token created");
-    let mut body = serde_json::to_value(&info).map_err(anyhow::Error::from)?;
-    body["token"] = json!(token);
-    Ok((StatusCode::CREATED, Json(body)))
+    Ok((StatusCode::CREATED, Json(CreatedToken { info, token })))
 }
 
-/// `GET /api/tokens`: the caller's tokens; an admin may ask for `?user_id=` or `?all=true`.
+/// Whose tokens.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `Params`
+pub struct TokenQuery {
+    /// The tokens of this user (admins only; others may give their own id).
+    #[param(minimum = 1)]
+    user_id: Option<i64>,
+    /// `true`: every user's tokens (admins only).
+    all: Option<bool>,
+}
+
+/// The caller's tokens, newest first, revoked and expired ones included.
+#[utoipa::path(get, path = "/tokens", tag = "accounts", params(TokenQuery),
+    responses((status = 200, description = "The tokens.", body = TokenList)))]
 pub async fn list(
     state: Shared,
     Extension(p): Extension<Principal>,
     Params(q): Params,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TokenList>> {
     let asked = q
         .get("user_id")
         .map(|s| parse_id("user_id", s))
         .transpose()?;
-    let all = q.get("all").is_some_and(|v| v == "true");
+    let all = parse_bool("all", q.get("all"))?.unwrap_or(false);
     let user: Option<i64> = if p.role == Role::Admin {
         if all {
             None
@@ -118,10 +153,15 @@ pub async fn list(
         .bind(user)
         .fetch_all(&state.pool)
         .await?;
-    Ok(Json(json!({ "tokens": tokens })))
+    Ok(Json(TokenList { tokens }))
 }
 
-/// `DELETE /api/tokens/{id}`: revokes a token of the caller (an admin: anyone's).
+/// Revokes a token of the caller (an admin: anyone's); it stops working at once.
+#[utoipa::path(delete, path = "/tokens/{id}", tag = "accounts", params(Id),
+    responses(
+        (status = 200, description = "Revoked.", body = TokenInfo),
+        (status = 404, description = "No such token of the caller (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn revoke(
     state: Shared,
     Extension(p): Extension<Principal>,

@@ -2,29 +2,35 @@
 
 use axum::extract::Path;
 use axum::Json;
-use cadenza_schemas::{RunStatus, TriggerKind};
+#[allow(unused_imports)] // RouteStrategy: the schema of `Run::route`
+use cadenza_schemas::{RouteStrategy, RunStatus, TriggerKind};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{json, Value};
 
 use crate::route::registry::Registry;
 
-use super::{parse_id, parse_limit, parse_time, ApiError, ApiResult, Params, Shared};
+use super::doc::Id;
+use super::{parse_id, parse_limit, parse_time, ApiError, ApiResult, ErrorBody, Params, Shared};
 use crate::auth::{Access, Principal};
 
 /// One run as the API shows it.
-#[derive(Debug, Serialize, sqlx::FromRow)]
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Run {
     pub id: i64,
     pub job_id: i64,
     pub job_type: String,
+    #[schema(value_type = TriggerKind)]
     pub kind: String,
+    #[schema(value_type = RunStatus)]
     pub status: String,
     pub fire_time: DateTime<Utc>,
     pub params: String,
+    /// Deliveries of this run to a worker (more than 1 after a worker died mid-run).
     pub attempt: i32,
+    /// This run's shard of a `sharding_broadcast` fire (0-based), and how many there are.
     pub shard_index: i32,
     pub shard_total: i32,
+    #[schema(value_type = RouteStrategy)]
     pub route: String,
     /// The worker a manual trigger asked for.
     pub requested_worker: Option<String>,
@@ -40,7 +46,9 @@ pub struct Run {
     pub worker_group: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// What the handler said, or why the run ended as it did.
     pub message: Option<String>,
+    /// The run's log (one run only; not in lists).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
     /// The run this one retries (kind `retry`) or whose success fired it (kind `child`).
@@ -54,6 +62,7 @@ pub struct Run {
     /// type (it runs once one does).
     #[sqlx(skip)]
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
     pub waiting: Option<String>,
     pub created_at: DateTime<Utc>,
 }
@@ -71,11 +80,44 @@ impl Run {
     }
 }
 
+/// Which runs, newest first, a page at a time.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `Params`
+pub struct RunQuery {
+    /// Only runs of this job.
+    #[param(minimum = 1)]
+    job_id: Option<i64>,
+    status: Option<RunStatus>,
+    kind: Option<TriggerKind>,
+    /// Only runs with a fire time at or after this (RFC 3339).
+    from: Option<DateTime<Utc>>,
+    /// Only runs with a fire time before this (RFC 3339).
+    to: Option<DateTime<Utc>>,
+    /// The page before this id (`next_before_id` of the previous page).
+    #[param(minimum = 1)]
+    before_id: Option<i64>,
+    /// Runs per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// A page of runs.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RunList {
+    triggers: Vec<Run>,
+    /// Give it as `before_id` for the next page; none on the last page.
+    next_before_id: Option<i64>,
+}
+
+/// Runs of the jobs the caller may see, newest first.
+#[utoipa::path(get, path = "/triggers", tag = "runs", params(RunQuery),
+    responses((status = 200, description = "A page of runs.", body = RunList)))]
 pub async fn list(
     state: Shared,
     axum::Extension(p): axum::Extension<Principal>,
     Params(q): Params,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<RunList>> {
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let status = match q.get("status") {
         None => None,
@@ -118,9 +160,18 @@ pub async fn list(
     let next = (runs.len() as i64 == limit)
         .then(|| runs.last().map(|r| r.id))
         .flatten();
-    Ok(Json(json!({ "triggers": runs, "next_before_id": next })))
+    Ok(Json(RunList {
+        triggers: runs,
+        next_before_id: next,
+    }))
 }
 
+/// One run, with its log.
+#[utoipa::path(get, path = "/triggers/{id}", tag = "runs", params(Id),
+    responses(
+        (status = 200, description = "The run.", body = Run),
+        (status = 404, description = "No such run (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn get(
     state: Shared,
     axum::Extension(p): axum::Extension<Principal>,

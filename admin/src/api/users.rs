@@ -7,18 +7,22 @@ use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{parse_body, parse_id, ApiError, ApiResult, Shared};
+use super::doc::Id;
+use super::{parse_body, parse_id, ApiError, ApiResult, ErrorBody, ErrorCode, Shared};
 use crate::audit::{self, Entry};
 use crate::auth::{password, Principal, Role};
 use crate::users::{self, CreateError, NewUser};
 
-#[derive(Serialize, sqlx::FromRow)]
+/// A user (never its password).
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct User {
     id: i64,
     name: String,
+    #[schema(value_type = Role)]
     role: String,
+    /// Job-type patterns the user is limited to (`billing.*`); none for an admin.
     job_types: Vec<String>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -30,29 +34,50 @@ fn as_json(u: &User) -> ApiResult<Value> {
 
 const COLUMNS: &str = "id, name, role, job_types, created_at, updated_at";
 
-pub async fn list(state: Shared) -> ApiResult<Json<Value>> {
+/// The users.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct UserList {
+    users: Vec<User>,
+}
+
+/// Every user, by id.
+#[utoipa::path(get, path = "/users", tag = "accounts",
+    responses((status = 200, description = "The users.", body = UserList)))]
+pub async fn list(state: Shared) -> ApiResult<Json<UserList>> {
     let users: Vec<User> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM users ORDER BY id"))
         .fetch_all(&state.pool)
         .await?;
-    Ok(Json(json!({ "users": users })))
+    Ok(Json(UserList { users }))
 }
 
-#[derive(Deserialize)]
+/// A new user.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Create {
+pub struct CreateUser {
+    /// 1 to 100 characters; unique, not case-sensitive.
     name: String,
     role: Role,
+    /// Job-type patterns for an operator or viewer (`billing.*`, `reports.daily`); none for an
+    /// admin.
     #[serde(default)]
     job_types: Vec<String>,
+    /// At least 10 characters.
+    #[schema(format = Password)]
     password: String,
 }
 
+/// Creates a user; its password is stored as an argon2id hash.
+#[utoipa::path(post, path = "/users", tag = "accounts", request_body = CreateUser,
+    responses(
+        (status = 201, description = "Created.", body = User),
+        (status = 409, description = "A user of that name exists (`user_exists`).", body = ErrorBody),
+    ))]
 pub async fn create(
     state: Shared,
     Extension(p): Extension<Principal>,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<User>)> {
-    let req: Create = parse_body(&body)?;
+    let req: CreateUser = parse_body(&body)?;
     let new = NewUser {
         name: req.name,
         role: req.role,
@@ -67,7 +92,7 @@ pub async fn create(
         Err(CreateError::Exists(name)) => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "user_exists",
+                ErrorCode::UserExists,
                 format!("a user named {name:?} exists already"),
             ))
         }
@@ -89,14 +114,23 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(user)))
 }
 
-#[derive(Deserialize)]
+/// What to change of a user; fields left out stay as they are.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Change {
+pub struct ChangeUser {
     role: Option<Role>,
     job_types: Option<Vec<String>>,
+    /// A new password (at least 10 characters); ends the user's sessions.
+    #[schema(format = Password)]
     password: Option<String>,
 }
 
+/// Changes a user's role, patterns or password.
+#[utoipa::path(patch, path = "/users/{id}", tag = "accounts", params(Id), request_body = ChangeUser,
+    responses(
+        (status = 200, description = "Changed.", body = User),
+        (status = 404, description = "No such user (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn update(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -104,7 +138,7 @@ pub async fn update(
     body: Bytes,
 ) -> ApiResult<Json<User>> {
     let id = parse_id("id", &id)?;
-    let req: Change = parse_body(&body)?;
+    let req: ChangeUser = parse_body(&body)?;
     if let Some(patterns) = &req.job_types {
         for (i, pat) in patterns.iter().enumerate() {
             crate::auth::check_pattern(pat)
@@ -169,6 +203,12 @@ pub async fn update(
     Ok(Json(after))
 }
 
+/// Deletes a user, with its tokens and sessions. Nobody can delete themself.
+#[utoipa::path(delete, path = "/users/{id}", tag = "accounts", params(Id),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 404, description = "No such user (`not_found`).", body = ErrorBody),
+    ))]
 pub async fn delete(
     state: Shared,
     Extension(p): Extension<Principal>,

@@ -22,8 +22,11 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-/// A user's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// A user's role: `viewer` reads, `operator` also writes jobs (both within their job-type
+/// patterns), `admin` does everything.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Viewer,
