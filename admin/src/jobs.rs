@@ -69,7 +69,8 @@ impl std::str::FromStr for Backoff {
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
-    /// 1 to 200 characters.
+    /// 1 to 200 characters, not only spaces.
+    #[schema(min_length = 1, max_length = 200, pattern = r"\S")]
     pub name: String,
     /// The handler family; its trigger topic is `<prefix>.trigger.<job_type>`.
     pub job_type: JobType,
@@ -92,6 +93,7 @@ pub struct JobSpec {
     pub misfire_threshold_ms: i64,
     /// Free text given to the handler (at most 256 KiB).
     #[serde(default)]
+    #[schema(max_length = 262_144)]
     pub params: String,
     /// The run is cut short after this many milliseconds (0: no limit; at most 366 days).
     #[serde(default)]
@@ -116,9 +118,12 @@ pub struct JobSpec {
     pub children: Vec<JobId>,
     /// URL that receives a JSON POST for every failed run (failed, timed out, lost).
     #[serde(default)]
+    #[schema(max_length = 2048, pattern = r"^https?://\S+$")]
     pub alarm_webhook: Option<String>,
-    /// Addresses that receive an e-mail for every failed run (needs `CADENZA_SMTP_URL`).
+    /// Addresses (at most 20) that receive an e-mail for every failed run (needs
+    /// `CADENZA_SMTP_URL`).
     #[serde(default)]
+    #[schema(max_items = 20)]
     pub alarm_emails: Vec<String>,
     #[serde(default = "default_enabled")]
     pub enabled: bool,
@@ -502,7 +507,7 @@ mod tests {
             s.validate(Utc::now()).unwrap_err().field,
             "schedule.every_ms"
         );
-        s.schedule = Schedule::None;
+        s.schedule = Schedule::None {};
         s.timeout_ms = -1;
         assert_eq!(s.validate(Utc::now()).unwrap_err().field, "timeout_ms");
         s.timeout_ms = 0;

@@ -138,7 +138,7 @@ impl JobSchedule {
                 }
                 JobSchedule::Once(*at)
             }
-            Schedule::None => JobSchedule::None,
+            Schedule::None {} => JobSchedule::None,
         })
     }
 

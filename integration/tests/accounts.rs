@@ -140,7 +140,22 @@ async fn users_sign_in_with_sessions_and_tokens_and_roles_limit_them() {
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
+    assert!(!cookie.contains("Secure"), "plain HTTP: {cookie}");
     let session: Value = resp.json().await.unwrap();
+    // Behind a proxy that terminated TLS, the cookie is Secure too.
+    let resp = browser()
+        .post(url("/api/session"))
+        .header("x-forwarded-proto", "https")
+        .json(&json!({"name": "root", "password": "first admin pw"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let secure = resp.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        secure.contains("; Secure") && secure.contains("HttpOnly"),
+        "{secure}"
+    );
     let csrf = session["csrf_token"].as_str().unwrap().to_owned();
     assert_eq!(session["user"]["role"], "admin");
     let (status, me) = send(root.get(url("/api/session"))).await;
@@ -647,7 +662,28 @@ async fn every_route_lets_in_exactly_the_roles_its_rule_names() {
     let operator = token_client(&base, "opal", "a long password").await;
     let nobody = ApiClient::new(base.clone(), None).unwrap();
     let root = admin.api();
-    let rules = cadenza_admin::api::rules();
+    // Every operation of the document the admin serves, with the rule the route table gives it.
+    let (status, doc) = nobody.get_json("/api/openapi.json").await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let table: std::collections::HashMap<(String, String), Rule> = cadenza_admin::api::rules()
+        .into_iter()
+        .map(|(m, p, r)| ((m.to_string(), p), r))
+        .collect();
+    let mut rules = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            let rule = *table
+                .get(&(method.clone(), path.clone()))
+                .unwrap_or_else(|| panic!("{method} {path} is in the document but has no rule"));
+            rules.push((
+                cadenza_integration::Method::from_bytes(method.as_bytes()).unwrap(),
+                path.clone(),
+                rule,
+            ));
+        }
+    }
+    assert_eq!(rules.len(), table.len(), "every route is in the document");
     assert!(rules.len() >= 20, "{rules:?}");
     for (method, path, rule) in &rules {
         // An id nothing has: no call changes the users and tokens the next calls use.
@@ -689,5 +725,36 @@ async fn every_route_lets_in_exactly_the_roles_its_rule_names() {
                 "{method} {path} as {who}: {status} {answer}"
             );
         }
+    }
+
+    // HEAD needs what GET needs; a method a path does not take is 405 naming those it takes,
+    // for everyone, and runs nothing.
+    let (status, _) = nobody
+        .request(cadenza_integration::Method::HEAD, "/api/jobs", None)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let resp = reqwest::Client::new()
+        .put(format!("{base}/api/jobs"))
+        .bearer_auth(cluster.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(resp.headers()["allow"], "GET, POST");
+    for client in [&nobody, &root] {
+        let (status, answer) = client
+            .request(
+                cadenza_integration::Method::PUT,
+                "/api/jobs/1",
+                Some(&json!({})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (status, &answer["error"]["code"]),
+            (StatusCode::METHOD_NOT_ALLOWED, &json!("method_not_allowed")),
+            "{answer}"
+        );
     }
 }

@@ -17,13 +17,22 @@ pub enum Schedule {
         timezone: Option<String>,
     },
     /// Every `every_ms` milliseconds from the previous fire time.
-    FixRate { every_ms: i64 },
+    FixRate {
+        /// 1 ms to 366 days.
+        #[schema(minimum = 1, maximum = 31_622_400_000i64)]
+        every_ms: i64,
+    },
     /// `delay_ms` milliseconds after the previous run finished.
-    FixDelay { delay_ms: i64 },
+    FixDelay {
+        /// 1 ms to 366 days.
+        #[schema(minimum = 1, maximum = 31_622_400_000i64)]
+        delay_ms: i64,
+    },
     /// A single instant.
     Once { at: DateTime<Utc> },
-    /// Never by itself: manual and API triggers only.
-    None,
+    /// Never by itself: manual and API triggers only. (A struct variant, so that serde refuses
+    /// unknown fields here too: it ignores them next to the tag of a unit variant.)
+    None {},
 }
 
 impl Schedule {
@@ -34,7 +43,7 @@ impl Schedule {
             Schedule::FixRate { .. } => "fix_rate",
             Schedule::FixDelay { .. } => "fix_delay",
             Schedule::Once { .. } => "once",
-            Schedule::None => "none",
+            Schedule::None {} => "none",
         }
     }
 }
@@ -60,6 +69,11 @@ mod tests {
         assert_eq!(s, Schedule::FixRate { every_ms: 1000 });
         let s: Schedule = serde_json::from_str(r#"{"kind":"none"}"#).unwrap();
         assert_eq!(s.kind(), "none");
+        assert_eq!(serde_json::to_string(&s).unwrap(), r#"{"kind":"none"}"#);
+        assert!(
+            serde_json::from_str::<Schedule>(r#"{"kind":"none","every_ms":5}"#).is_err(),
+            "an unknown field next to kind none is refused"
+        );
         assert!(serde_json::from_str::<Schedule>(r#"{"kind":"hourly"}"#).is_err());
     }
 }

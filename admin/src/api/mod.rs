@@ -280,11 +280,13 @@ fn rule_for(method: &Method, path: &str) -> Option<Rule> {
 
 /// The methods the route table has for `path` (for a `405`'s `Allow` header).
 fn methods_of(path: &str) -> Vec<Method> {
-    rules()
+    let mut methods: Vec<Method> = rules()
         .into_iter()
         .filter(|(_, p, _)| p == path)
         .map(|(m, _, _)| m)
-        .collect()
+        .collect();
+    methods.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    methods
 }
 
 /// The OpenAPI 3.1 document of the API (served at `/api/openapi.json`, committed as

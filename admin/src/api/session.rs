@@ -379,3 +379,38 @@ pub async fn logout(state: Shared, headers: HeaderMap) -> ApiResult<Response> {
     }
     Ok(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn the_cookie_is_secure_only_behind_https() {
+        assert_eq!(secure_flag(&headers(&[])), "");
+        assert_eq!(secure_flag(&headers(&[("x-forwarded-proto", "http")])), "");
+        assert_eq!(
+            secure_flag(&headers(&[("x-forwarded-proto", "https")])),
+            "; Secure"
+        );
+        assert_eq!(
+            secure_flag(&headers(&[("x-forwarded-proto", "HTTPS, http")])),
+            "; Secure"
+        );
+        assert_eq!(
+            secure_flag(&headers(&[("forwarded", "for=1.2.3.4;proto=https;by=x")])),
+            "; Secure"
+        );
+        assert_eq!(
+            secure_flag(&headers(&[("forwarded", "for=1.2.3.4;proto=http")])),
+            ""
+        );
+    }
+}

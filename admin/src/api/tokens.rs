@@ -20,9 +20,11 @@ const MAX_DAYS: i64 = 366;
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
     /// What it is for (`ci`, `grafana`): 1 to 100 characters.
+    #[schema(min_length = 1, max_length = 100, pattern = r"\S")]
     name: String,
     /// Days until it expires, 1 to 366 (default: never).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 366)]
     expires_in_days: Option<i64>,
 }
 

@@ -54,15 +54,16 @@ pub async fn list(state: Shared) -> ApiResult<Json<UserList>> {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateUser {
-    /// 1 to 100 characters; unique, not case-sensitive.
+    /// 1 to 100 characters without spaces; unique, not case-sensitive.
+    #[schema(min_length = 1, max_length = 100, pattern = r"^\S+$")]
     name: String,
     role: Role,
     /// Job-type patterns for an operator or viewer (`billing.*`, `reports.daily`); none for an
     /// admin.
     #[serde(default)]
     job_types: Vec<String>,
-    /// At least 10 characters.
-    #[schema(format = Password)]
+    /// 10 characters or more.
+    #[schema(format = Password, min_length = 10, max_length = 1024)]
     password: String,
 }
 
@@ -121,7 +122,7 @@ pub struct ChangeUser {
     role: Option<Role>,
     job_types: Option<Vec<String>>,
     /// A new password (at least 10 characters); ends the user's sessions.
-    #[schema(format = Password)]
+    #[schema(format = Password, min_length = 10, max_length = 1024)]
     password: Option<String>,
 }
 
