@@ -671,6 +671,9 @@ async fn every_route_lets_in_exactly_the_roles_its_rule_names() {
         .collect();
     let mut rules = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.starts_with("/api/") {
+            continue; // the probes, /healthz and /readyz: open to anyone
+        }
         for method in item.as_object().unwrap().keys() {
             let method = method.to_uppercase();
             let rule = *table

@@ -42,13 +42,13 @@ const CSRF: &str = "csrf";
         (name = "workers", description = "Live and recently stopped workers."),
         (name = "operations", description = "Replay, alarms and the daily report."),
         (name = "accounts", description = "Signing in and out, users, personal API tokens and the audit."),
-        (name = "meta", description = "This document."),
+        (name = "meta", description = "This document, and the probes outside `/api`."),
     )
 )]
 struct Base;
 
 /// The whole document for the route table.
-pub(super) fn build(routes: Vec<(Rule, Route)>) -> OpenApi {
+pub(super) fn build(routes: Vec<(Rule, Route)>, probes: Vec<Route>) -> OpenApi {
     let mut doc = Base::openapi();
     let components = doc.components.get_or_insert_with(Default::default);
     components.add_security_scheme(
@@ -75,12 +75,11 @@ pub(super) fn build(routes: Vec<(Rule, Route)>) -> OpenApi {
     components.add_security_scheme(
         CSRF,
         SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
-            "X-CSRF-Token",
+            CSRF_HEADER,
             "The `csrf_token` answered by `POST /api/session`; every write made with the session \
              cookie carries it.",
         ))),
     );
-    debug_assert_eq!(CSRF_HEADER, "x-csrf-token");
     for (rule, (schemas, paths, _)) in routes {
         components.schemas.extend(schemas);
         for (path, mut item) in paths.paths {
@@ -106,6 +105,9 @@ pub(super) fn build(routes: Vec<(Rule, Route)>) -> OpenApi {
                 }
             }
         }
+    }
+    for (_, paths, _) in probes {
+        doc.paths.merge(paths);
     }
     close_variants(&mut doc, "Schedule");
     doc

@@ -23,7 +23,6 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Router;
 use secrecy::SecretString;
 use sqlx::PgPool;
@@ -168,10 +167,19 @@ fn method_not_allowed(method: &Method, path: &str) -> Response {
     resp
 }
 
+/// The admin process is up (for a liveness probe).
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
+/// The admin can reach its database (for a readiness probe).
+#[utoipa::path(get, path = "/readyz", tag = "meta",
+    responses(
+        (status = 200, description = "`ready`", body = String, content_type = "text/plain"),
+        (status = 503, description = "`database not reachable`", body = String, content_type = "text/plain"),
+    ))]
 async fn readyz(State(state): Shared) -> Response {
     match sqlx::query_scalar::<_, i32>("SELECT 1")
         .fetch_one(&state.pool)
@@ -292,7 +300,12 @@ fn methods_of(path: &str) -> Vec<Method> {
 /// The OpenAPI 3.1 document of the API (served at `/api/openapi.json`, committed as
 /// `docs/openapi.json`).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    doc::build(routes())
+    doc::build(routes(), probes())
+}
+
+/// The probes outside `/api`, open to anyone.
+fn probes() -> Vec<Route> {
+    vec![routes!(healthz), routes!(readyz)]
 }
 
 /// [`openapi`] as served and committed: pretty JSON with a final newline.
@@ -317,10 +330,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
         // Outside authentication: every answer goes to a client that has sent its whole body.
         .layer(middleware::from_fn(input::limit_body));
-    Router::new()
-        .nest("/api", api)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let root = probes()
+        .into_iter()
+        .flat_map(|(_, paths, handler)| {
+            paths
+                .paths
+                .keys()
+                .map(|path| (path.clone(), handler.clone()))
+                .collect::<Vec<_>>()
+        })
+        .fold(Router::new(), |root, (path, handler)| {
+            root.route(&path, handler)
+        });
+    root.nest("/api", api)
         .fallback(fallback)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .with_state(state)
