@@ -186,6 +186,14 @@ impl JobSchedule {
         }
     }
 
+    /// The time zone fire times are computed in (UTC but for cron).
+    pub fn zone(&self) -> Tz {
+        match self {
+            JobSchedule::Cron(c) => c.tz,
+            _ => Tz::UTC,
+        }
+    }
+
     /// The delay of a `fix_delay` schedule.
     pub fn fix_delay(&self) -> Option<Duration> {
         match self {

@@ -389,3 +389,106 @@ async fn every_command_ends_quietly_when_its_reader_goes_away() {
         }
     }
 }
+
+/// The next fire times of a schedule, from the API and the CLI: in the schedule's zone, with the
+/// same errors as creating a job, naming the parameter.
+#[tokio::test]
+async fn schedule_preview_lists_the_next_fire_times_in_the_zone() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+
+    // Every day at 09:30 in Paris: 08:30 UTC in winter, 07:30 in summer, 09:30 local always.
+    let (status, v) = api
+        .get_json(
+            "/api/schedules/preview?expr=0%2030%209%20*%20*%20*&timezone=Europe%2FParis&count=3",
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["timezone"], "Europe/Paris");
+    let local: Vec<&str> = v["local"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(local.len(), 3, "{v}");
+    for (l, u) in local.iter().zip(v["fire_times"].as_array().unwrap()) {
+        assert!(l.contains("T09:30:00+0"), "{l}");
+        let (l, u) = (
+            chrono::DateTime::parse_from_rfc3339(l).unwrap(),
+            chrono::DateTime::parse_from_rfc3339(u.as_str().unwrap()).unwrap(),
+        );
+        assert_eq!(l, u, "the same instant");
+    }
+    let first = chrono::DateTime::parse_from_rfc3339(local[0]).unwrap();
+    assert!(first > Utc::now() && first < Utc::now() + chrono::Duration::days(1));
+
+    // fix_rate: every 90 s from now.
+    let (_, v) = api
+        .get_json("/api/schedules/preview?kind=fix_rate&every_ms=90000&count=2")
+        .await
+        .unwrap();
+    let times: Vec<chrono::DateTime<Utc>> = v["fire_times"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(times[1] - times[0], chrono::Duration::seconds(90), "{v}");
+
+    // Wrong input: 422 naming the parameter, with the message job creation gives.
+    for (q, field) in [
+        ("expr=0%2061%20*%20*%20*%20*", "expr"),
+        (
+            "expr=0%200%209%20*%20*%20*&timezone=Mars%2FOlympus",
+            "timezone",
+        ),
+        ("kind=fix_rate&every_ms=0", "every_ms"),
+        ("kind=sometimes", "kind"),
+        ("expr=*%20*%20*%20*%20*&count=101", "count"),
+    ] {
+        let (status, err) = api
+            .get_json(&format!("/api/schedules/preview?{q}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (status.as_u16(), &err["error"]["field"]),
+            (422, &Value::from(field)),
+            "{q}: {err}"
+        );
+    }
+
+    // The CLI shows the same as a table.
+    let home = cluster.dir().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let env = [
+        ("CADENZA_URL", admin.base_url()),
+        ("CADENZA_API_TOKEN", cluster.token()),
+    ];
+    let out = cadenza(
+        &home,
+        &env,
+        &[
+            "schedule",
+            "preview",
+            "0 30 9 * * *",
+            "--timezone",
+            "Europe/Paris",
+            "--count",
+            "2",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.matches("T09:30:00+0").count(),
+        2,
+        "{}",
+        out.stdout
+    );
+    let out = cadenza(&home, &env, &["schedule", "preview", "0 61 * * * *"]).await;
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("expr"), "{}", out.stderr);
+}

@@ -9,6 +9,7 @@ mod input;
 mod jobs;
 mod replay;
 mod report;
+mod schedules;
 mod session;
 mod tokens;
 mod triggers;
@@ -239,6 +240,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Write, routes!(jobs::enable)),
         (Write, routes!(jobs::disable)),
         (Write, routes!(jobs::trigger)),
+        (Read, routes!(schedules::preview)),
         (Read, routes!(triggers::list)),
         (Read, routes!(triggers::get)),
         (Read, routes!(workers::list)),

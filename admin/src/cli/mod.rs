@@ -55,6 +55,9 @@ enum Command {
     Workers,
     /// Re-run triggers read back from a job type's topic.
     Replay(replay::ReplayArgs),
+    /// Schedules: the next fire times of one, as the admin computes them.
+    #[command(subcommand)]
+    Schedule(ScheduleCmd),
     /// The audit trail: who changed what, newest first.
     Audit {
         /// Only what this actor did (a user name, or `service`).
@@ -70,6 +73,31 @@ enum Command {
         to: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ScheduleCmd {
+    /// The next fire times of a cron expression (or, with --every-ms, --delay-ms or --at, of
+    /// another kind), in its time zone; the same checks and messages as creating a job.
+    Preview {
+        /// A cron expression, such as "0 0 10 * * MON-FRI".
+        expr: Option<String>,
+        /// IANA time zone of the cron expression (default UTC).
+        #[arg(long)]
+        timezone: Option<String>,
+        /// A fix_rate schedule of this interval instead.
+        #[arg(long, conflicts_with_all = ["expr", "delay_ms", "at"])]
+        every_ms: Option<i64>,
+        /// A fix_delay schedule of this delay instead.
+        #[arg(long, conflicts_with_all = ["expr", "at"])]
+        delay_ms: Option<i64>,
+        /// A once schedule at this instant (RFC 3339) instead.
+        #[arg(long, conflicts_with = "expr")]
+        at: Option<String>,
+        /// How many fire times (1 to 100).
+        #[arg(long, default_value_t = 5)]
+        count: u32,
     },
 }
 
@@ -226,6 +254,40 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Replay(args) => replay::run(&client, &out, args).await,
+        Command::Schedule(ScheduleCmd::Preview {
+            expr,
+            timezone,
+            every_ms,
+            delay_ms,
+            at,
+            count,
+        }) => {
+            let kind = match (&every_ms, &delay_ms, &at) {
+                (Some(_), _, _) => "fix_rate",
+                (_, Some(_), _) => "fix_delay",
+                (_, _, Some(_)) => "once",
+                _ => "cron",
+            };
+            let q = query(&[
+                ("kind", Some(kind.to_owned())),
+                ("expr", expr),
+                ("timezone", timezone),
+                ("every_ms", every_ms.map(|v| v.to_string())),
+                ("delay_ms", delay_ms.map(|v| v.to_string())),
+                ("at", at),
+                ("count", Some(count.to_string())),
+            ]);
+            let v = client.get(&format!("/api/schedules/preview?{q}")).await?;
+            let rows: Vec<Value> = v["fire_times"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .zip(v["local"].as_array().into_iter().flatten())
+                .map(|(utc, local)| serde_json::json!({"local": local, "utc": utc}))
+                .collect();
+            out.table(&v, &Value::Array(rows), &PREVIEW_COLUMNS)?;
+            Ok(())
+        }
         Command::Audit {
             actor,
             job_id,
@@ -250,6 +312,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 /// Columns of a table: header and the JSON field shown.
 type Columns = [(&'static str, &'static str)];
 
+const PREVIEW_COLUMNS: [(&str, &str); 2] = [("FIRE TIME (ZONE)", "local"), ("UTC", "utc")];
 const JOB_COLUMNS: [(&str, &str); 7] = [
     ("ID", "id"),
     ("NAME", "name"),
