@@ -23,6 +23,9 @@ TANSU_BIN="${CADENZA_TANSU_BIN:-$CADENZA_HOME/bin/tansu}"
 # schemathesis, for the API contract test; the test finds it here too.
 SCHEMATHESIS_VERSION="4.32.5"
 SCHEMATHESIS_BIN="$CADENZA_HOME/schemathesis/bin/schemathesis"
+# playwright-core (npm), which drives Debian's chromium in the console's browser test.
+PLAYWRIGHT_VERSION="1.65.1"
+E2E_DIR="$CADENZA_HOME/e2e"
 
 cadenza_repo_root() {
     local here

@@ -22,6 +22,7 @@ pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod db;
 pub mod guard;
 pub mod ingest;

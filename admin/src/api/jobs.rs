@@ -170,6 +170,8 @@ pub async fn create(
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)] // read by `Params`
 pub struct JobQuery {
+    /// Only jobs whose name contains this (any case).
+    name: Option<String>,
     /// Only jobs of this job type.
     job_type: Option<String>,
     /// Only enabled (`true`) or disabled (`false`) jobs.
@@ -210,6 +212,7 @@ pub async fn list(
         .bind(after)
         .bind(limit)
         .bind(p.visible_like())
+        .bind(q.get("name"))
         .fetch_all(&state.pool)
         .await?;
     let jobs = rows

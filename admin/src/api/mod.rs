@@ -344,7 +344,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fold(Router::new(), |root, (path, handler)| {
             root.route(&path, handler)
         });
-    root.nest("/api", api)
+    root.merge(crate::console::router())
+        .nest("/api", api)
         .fallback(fallback)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
         .with_state(state)

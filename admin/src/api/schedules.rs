@@ -74,33 +74,34 @@ pub async fn preview(Params(q): Params) -> ApiResult<Json<Preview>> {
                 )
             })?,
     };
-    let schedule =
-        match q.get("kind").map_or("cron", String::as_str) {
-            "cron" => Schedule::Cron {
-                expr: q
-                    .get("expr")
-                    .cloned()
-                    .ok_or_else(|| ApiError::invalid("expr", "is required for a cron schedule"))?,
-                timezone: q.get("timezone").cloned(),
-            },
-            "fix_rate" => Schedule::FixRate {
-                every_ms: number(&q, "every_ms")?,
-            },
-            "fix_delay" => Schedule::FixDelay {
-                delay_ms: number(&q, "delay_ms")?,
-            },
-            "once" => Schedule::Once {
-                at: super::parse_time("at", q.get("at"))?
-                    .ok_or_else(|| ApiError::invalid("at", "is required for a once schedule"))?,
-            },
-            "none" => Schedule::None {},
-            other => return Err(ApiError::invalid(
+    let schedule = match q.get("kind").map_or("cron", String::as_str) {
+        "cron" => Schedule::Cron {
+            expr: q
+                .get("expr")
+                .cloned()
+                .ok_or_else(|| ApiError::invalid("expr", "is required for a cron schedule"))?,
+            timezone: q.get("timezone").cloned(),
+        },
+        "fix_rate" => Schedule::FixRate {
+            every_ms: number(&q, "every_ms")?,
+        },
+        "fix_delay" => Schedule::FixDelay {
+            delay_ms: number(&q, "delay_ms")?,
+        },
+        "once" => Schedule::Once {
+            at: super::parse_time("at", q.get("at"))?
+                .ok_or_else(|| ApiError::invalid("at", "is required for a once schedule"))?,
+        },
+        "none" => Schedule::None {},
+        other => {
+            return Err(ApiError::invalid(
                 "kind",
                 format!(
                     "{other:?} is not a schedule kind: use cron, fix_rate, fix_delay, once or none"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let now = Utc::now();
     let parsed = JobSchedule::parse(&schedule, now).map_err(|e| {
         let field = e

@@ -1,0 +1,130 @@
+// DOM helpers. Text always goes in as text nodes (never innerHTML), so nothing an API answer
+// holds (a job name, a run's log) can become markup.
+
+/** An element: h("a", {href: "#/jobs", class: "x"}, "text", child, …). `on*` attributes that are
+ *  functions become listeners; `null`/`false` attributes and children are skipped. */
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on") && typeof v === "function") el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, "");
+    else el.setAttribute(k, String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children.flat(Infinity)) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+/** Replaces the view's content and moves focus there (keyboard and screen-reader users land on
+ *  the new page). */
+export function show(...children) {
+  const view = document.getElementById("view");
+  view.replaceChildren();
+  append(view, children);
+  view.focus({ preventScroll: true });
+}
+
+const local = new Intl.DateTimeFormat(undefined, {
+  year: "numeric",
+  month: "2-digit",
+  day: "2-digit",
+  hour: "2-digit",
+  minute: "2-digit",
+  second: "2-digit",
+});
+
+/** A time in the viewer's zone, with UTC on hover. */
+export function time(iso) {
+  if (!iso) return h("span", { class: "muted" }, "—");
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return h("span", {}, iso);
+  return h("time", { datetime: iso, title: `${d.toISOString().replace(".000Z", "Z")} UTC` }, local.format(d));
+}
+
+/** A run or job status as a coloured badge. */
+export function badge(status) {
+  return h("span", { class: `badge s-${status}` }, status);
+}
+
+/** A message shown at the top of the view (errors in red). */
+export function notice(text, kind = "error") {
+  return h("p", { class: `notice ${kind}`, role: kind === "error" ? "alert" : "status" }, text);
+}
+
+/** A table: columns are [header, row => cell]. */
+export function table(columns, rows, empty = "Nothing here yet.") {
+  if (!rows.length) return h("p", { class: "muted" }, empty);
+  return h(
+    "div",
+    { class: "table-wrap" },
+    h(
+      "table",
+      {},
+      h("thead", {}, h("tr", {}, columns.map(([title]) => h("th", { scope: "col" }, title)))),
+      h("tbody", {}, rows.map((r) => h("tr", {}, columns.map(([, cell]) => h("td", {}, cell(r)))))),
+    ),
+  );
+}
+
+/** A label and its input, with a place for the API's message about that field. */
+export function field(label, name, input, help) {
+  input.id = input.id || `f-${name}`;
+  input.name = name;
+  return h(
+    "div",
+    { class: "field", "data-field": name },
+    h("label", { for: input.id }, label),
+    input,
+    help ? h("small", { class: "help" }, help) : null,
+    h("small", { class: "field-error", role: "alert", "aria-live": "polite" }),
+  );
+}
+
+/** Shows `message` at the field named `name` in `form` (the API's `field`, such as
+ *  `schedule.expr`); false when the form has no such field. */
+export function fieldError(form, name, message) {
+  let box = null;
+  for (const n of enclosing(name)) {
+    box = form.querySelector(`[data-field="${CSS.escape(n)}"]`);
+    if (box) break;
+  }
+  if (!box) return false;
+  box.classList.add("invalid");
+  box.querySelector(".field-error").textContent = message;
+  const input = box.querySelector("input, select, textarea");
+  if (input) {
+    input.setAttribute("aria-invalid", "true");
+    input.focus();
+  }
+  return true;
+}
+
+/** `alarm_emails[2]`, then `alarm_emails`; `schedule.expr`, then `schedule`. */
+function* enclosing(name) {
+  let n = name;
+  while (n) {
+    yield n;
+    const stripped = n.replace(/\[\d+\]$/, "");
+    if (stripped !== n) {
+      n = stripped;
+      continue;
+    }
+    const dot = n.lastIndexOf(".");
+    n = dot > 0 ? n.slice(0, dot) : "";
+  }
+}
+
+export function clearErrors(form) {
+  for (const box of form.querySelectorAll(".field.invalid")) {
+    box.classList.remove("invalid");
+    box.querySelector(".field-error").textContent = "";
+    box.querySelector("[aria-invalid]")?.removeAttribute("aria-invalid");
+  }
+}

@@ -1,0 +1,208 @@
+// The console in headless Chromium, as a person uses it, against a real admin (started by
+// integration/tests/console.rs with PostgreSQL, the broker and a shell worker).
+//
+// Environment: CADENZA_URL, CADENZA_ADMIN_USER / CADENZA_ADMIN_PASSWORD (an admin),
+// CADENZA_VIEWER_USER / CADENZA_VIEWER_PASSWORD (a viewer), CADENZA_JOB_TYPE (served by a shell
+// worker), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
+// module), CHROMIUM (the browser). Exits non-zero on the first failed step, naming it.
+
+import assert from "node:assert/strict";
+import path from "node:path";
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+};
+const base = env("CADENZA_URL");
+const shots = env("CADENZA_SHOTS");
+const jobType = env("CADENZA_JOB_TYPE");
+const { chromium } = await import(env("PLAYWRIGHT_CORE"));
+
+const browser = await chromium.launch({
+  executablePath: env("CHROMIUM"),
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+
+const problems = [];
+let step = "start";
+async function check(name, f) {
+  step = name;
+  const started = Date.now();
+  await f();
+  console.log(`ok  ${name} (${Date.now() - started} ms)`);
+}
+
+async function newPage(width = 1280, height = 900) {
+  const page = await browser.newPage({ viewport: { width, height } });
+  page.setDefaultTimeout(20_000);
+  page.on("pageerror", (e) => problems.push(`${step}: page error: ${e.message}`));
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(shots, `${name}.png`), fullPage: true });
+}
+
+async function signIn(page, user, password) {
+  await page.goto(`${base}/`);
+  await page.getByLabel("Name").fill(user);
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Jobs" }).waitFor();
+}
+
+try {
+  const page = await newPage();
+
+  await check("a wrong password is refused at the sign-in form", async () => {
+    await page.goto(`${base}/`);
+    await page.getByLabel("Name").fill(env("CADENZA_ADMIN_USER"));
+    await page.getByLabel("Password").fill("not the password");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await page.getByRole("alert").filter({ hasText: "the name or the password is wrong" }).waitFor();
+    await shot(page, "sign-in");
+  });
+
+  await check("an admin signs in and sees the job list", async () => {
+    await signIn(page, env("CADENZA_ADMIN_USER"), env("CADENZA_ADMIN_PASSWORD"));
+    await page.getByRole("link", { name: "New job" }).waitFor();
+  });
+
+  await check("a cron job in a time zone shows its next fire times as it is typed", async () => {
+    await page.getByRole("link", { name: "New job" }).click();
+    await page.getByRole("heading", { name: "New job" }).waitFor();
+    await page.getByLabel("Name", { exact: true }).fill("console cron");
+    await page.getByLabel("Job type").fill(jobType);
+    await page.getByLabel("Time zone").fill("Asia/Tokyo");
+    await page.getByLabel("Cron expression").fill("0 15 10 * * *");
+    const items = page.locator(".preview li");
+    await page.locator(".preview").getByText("(Asia/Tokyo)").waitFor();
+    await items.first().waitFor();
+    assert.equal(await items.count(), 5);
+    for (const text of await items.allTextContents()) assert.match(text, /10:15:00\+09:00/);
+    await shot(page, "job-form");
+  });
+
+  await check("a wrong field shows the API's message at that field", async () => {
+    await page.getByLabel("Cron expression").fill("0 61 * * * *");
+    await page.locator(".preview-error").waitFor();
+    await page.getByRole("button", { name: "Create job" }).click();
+    const box = page.locator('[data-field="schedule.expr"]');
+    await box.locator(".field-error").filter({ hasText: /./ }).waitFor();
+    assert.match(await box.locator(".field-error").textContent(), /schedule\.expr/);
+    assert.equal(await page.getByLabel("Cron expression").getAttribute("aria-invalid"), "true");
+    await shot(page, "job-form-invalid");
+  });
+
+  let jobUrl;
+  await check("the job is created and its runs appear", async () => {
+    await page.getByLabel("Kind").selectOption("fix_rate");
+    await page.getByLabel("Every (ms)").fill("1000");
+    await page.getByLabel("Params").fill("echo tick");
+    await page.getByRole("button", { name: "Create job" }).click();
+    await page.getByRole("heading", { name: "console cron" }).waitFor();
+    jobUrl = page.url();
+    // The page lists runs as they were when it loaded: reload until one has succeeded.
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if ((await page.locator("td .badge.s-succeeded").count()) > 0) break;
+      assert.ok(Date.now() < deadline, "no run of the new job succeeded within 30 s");
+      await page.waitForTimeout(1000);
+      await page.reload();
+      await page.getByRole("heading", { name: "Recent runs" }).waitFor();
+    }
+    await shot(page, "job");
+  });
+
+  await check("trigger now with params: the run shows them and its log", async () => {
+    await page.getByRole("button", { name: "Disable" }).click();
+    await page.getByRole("button", { name: "Enable" }).waitFor();
+    await page.getByLabel("Params for this run").fill("echo first; sleep 2; echo second");
+    await page.getByRole("button", { name: "Run now" }).click();
+    await page.getByRole("heading", { name: /^Run \d+/ }).waitFor();
+    await page.getByText("echo first; sleep 2; echo second").waitFor();
+    // The log grows while the run runs: the first line shows before the second.
+    const log = page.locator("pre.log");
+    await log.filter({ hasText: "first" }).waitFor();
+    const early = await log.textContent();
+    await log.filter({ hasText: "second" }).waitFor();
+    await page.locator(".badge.s-succeeded").first().waitFor();
+    console.log(`    log when "first" arrived: ${JSON.stringify(early)}`);
+    await shot(page, "run");
+  });
+
+  await check("the runs page filters by job and status", async () => {
+    const id = jobUrl.split("/").pop();
+    await page.goto(`${base}/#/runs?job_id=${id}&status=succeeded`);
+    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    await page.locator("tbody tr").first().waitFor();
+    for (const s of await page.locator("tbody .badge").allTextContents()) assert.equal(s, "succeeded");
+    await shot(page, "runs");
+  });
+
+  await check("the workers page shows the worker and its partitions", async () => {
+    await page.getByRole("link", { name: "Workers" }).click();
+    await page.getByRole("heading", { name: "Workers" }).waitFor();
+    await page.locator("tbody tr .badge.s-alive").first().waitFor();
+    await shot(page, "workers");
+  });
+
+  await check("the job list searches by name", async () => {
+    await page.getByRole("link", { name: "Jobs" }).click();
+    await page.getByRole("searchbox", { name: "Name" }).fill("CONSOLE");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.waitForURL(/name=CONSOLE/);
+    await page.locator("tbody tr").first().waitFor();
+    assert.equal(await page.locator("tbody tr").count(), 1);
+    await shot(page, "jobs");
+  });
+
+  await check("a viewer sees no write buttons", async () => {
+    const viewer = await newPage();
+    await signIn(viewer, env("CADENZA_VIEWER_USER"), env("CADENZA_VIEWER_PASSWORD"));
+    assert.equal(await viewer.getByRole("link", { name: "New job" }).count(), 0);
+    await viewer.goto(jobUrl);
+    await viewer.getByRole("heading", { name: "Recent runs" }).waitFor();
+    for (const name of ["Edit", "Disable", "Enable", "Delete", "Run now"]) {
+      assert.equal(await viewer.getByRole("button", { name, exact: true }).count(), 0, name);
+      assert.equal(await viewer.getByRole("link", { name, exact: true }).count(), 0, name);
+    }
+    await viewer.close();
+  });
+
+  await check("no layout break at 390 px", async () => {
+    const phone = await newPage(390, 844);
+    await signIn(phone, env("CADENZA_ADMIN_USER"), env("CADENZA_ADMIN_PASSWORD"));
+    await phone.goto(jobUrl);
+    await phone.getByRole("heading", { name: "Recent runs" }).waitFor();
+    const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `the page is ${overflow} px wider than the screen`);
+    await shot(phone, "job-390");
+    await phone.close();
+  });
+
+  assert.deepEqual(problems, [], "errors in the page");
+  console.log("console: every step passed");
+} catch (e) {
+  console.error(`FAILED at "${step}": ${e.stack || e}`);
+  for (const [i, p] of browser.contexts().flatMap((c) => c.pages()).entries()) {
+    try {
+      await p.screenshot({ path: path.join(shots, `failed-${i}.png`), fullPage: true });
+      console.error(`page ${i} (${p.url()}):\n${await p.locator("main").innerText()}`);
+    } catch {}
+  }
+  if (problems.length) console.error(problems.join("\n"));
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
