@@ -1,10 +1,13 @@
 // The Cadenza console: a small single-page app over the admin's HTTP API (the same API, rules and
-// audit as the CLI). Hash routes: #/jobs, #/jobs/new, #/jobs/{id}, #/jobs/{id}/edit, #/runs,
+// audit as the CLI). Hash routes: #/dashboard, #/jobs, #/jobs/new, #/jobs/{id}, #/jobs/{id}/edit, #/runs,
 // #/runs/{id}, #/workers.
 
 import { api, ApiError, onSignedOut, query, rememberCsrf } from "./api.js";
 import { badge, clearErrors, field, fieldError, h, notice, show, table, time } from "./ui.js";
+import { dashboardPage } from "./dashboard.js";
 import { jobForm } from "./job_form.js";
+import { alarmsPage, auditPage } from "./records.js";
+import { replayPage } from "./replay.js";
 
 /** Who is signed in (GET /api/session), or null. */
 let me = null;
@@ -14,6 +17,7 @@ const canWrite = () => me && (me.role === "operator" || me.role === "admin");
 // --- routing --------------------------------------------------------------------------------
 
 const routes = [
+  [/^#\/dashboard$/, () => dashboardPage(location().params)],
   [/^#\/jobs$/, () => jobsPage()],
   [/^#\/jobs\/new$/, () => jobEditPage(null)],
   [/^#\/jobs\/(\d+)$/, (id) => jobPage(id)],
@@ -21,11 +25,14 @@ const routes = [
   [/^#\/runs$/, () => runsPage()],
   [/^#\/runs\/(\d+)$/, (id) => runPage(id)],
   [/^#\/workers$/, () => workersPage()],
+  [/^#\/alarms$/, () => alarmsPage(location().params)],
+  [/^#\/replay$/, () => replayPage(canWrite())],
+  [/^#\/audit$/, () => auditPage(location().params)],
 ];
 
 /** The hash without its query (`#/runs?job_id=3` → `#/runs`) and the query's parameters. */
 function location() {
-  const [path, q] = (window.location.hash || "#/jobs").split("?");
+  const [path, q] = (window.location.hash || "#/dashboard").split("?");
   return { path, params: new URLSearchParams(q || "") };
 }
 
@@ -55,7 +62,7 @@ async function route() {
       return;
     }
   }
-  window.location.hash = "#/jobs";
+  window.location.hash = "#/dashboard";
 }
 
 window.addEventListener("hashchange", route);
@@ -78,6 +85,8 @@ async function start() {
 
 function signedIn() {
   document.getElementById("nav").hidden = false;
+  // Replay writes (a dry run too): only for those who may.
+  document.querySelector('#nav [data-section="replay"]').hidden = !canWrite();
   const who = document.getElementById("who");
   who.replaceChildren(
     h("span", { class: "actor" }, me.actor),

@@ -9,38 +9,24 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-/// (file name, content type, content).
+/// `(file name, content type, content)` of a file under `admin/console/`.
+macro_rules! embed {
+    ($name:literal, $type:literal) => {
+        ($name, $type, include_str!(concat!("../console/", $name)))
+    };
+}
+
+/// Every file of the console.
 const FILES: &[(&str, &str, &str)] = &[
-    (
-        "index.html",
-        "text/html; charset=utf-8",
-        include_str!("../console/index.html"),
-    ),
-    (
-        "style.css",
-        "text/css; charset=utf-8",
-        include_str!("../console/style.css"),
-    ),
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../console/app.js"),
-    ),
-    (
-        "api.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../console/api.js"),
-    ),
-    (
-        "ui.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../console/ui.js"),
-    ),
-    (
-        "job_form.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../console/job_form.js"),
-    ),
+    embed!("index.html", "text/html; charset=utf-8"),
+    embed!("style.css", "text/css; charset=utf-8"),
+    embed!("app.js", "text/javascript; charset=utf-8"),
+    embed!("api.js", "text/javascript; charset=utf-8"),
+    embed!("ui.js", "text/javascript; charset=utf-8"),
+    embed!("job_form.js", "text/javascript; charset=utf-8"),
+    embed!("dashboard.js", "text/javascript; charset=utf-8"),
+    embed!("records.js", "text/javascript; charset=utf-8"),
+    embed!("replay.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Only the console's own files run and are fetched; it is never framed.

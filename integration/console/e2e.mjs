@@ -58,7 +58,7 @@ async function signIn(page, user, password) {
   await page.getByLabel("Name").fill(user);
   await page.getByLabel("Password").fill(password);
   await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Jobs" }).waitFor();
+  await page.getByRole("heading", { name: "Dashboard" }).waitFor();
 }
 
 try {
@@ -75,6 +75,7 @@ try {
 
   await check("an admin signs in and sees the job list", async () => {
     await signIn(page, env("CADENZA_ADMIN_USER"), env("CADENZA_ADMIN_PASSWORD"));
+    await page.getByRole("link", { name: "Jobs", exact: true }).click();
     await page.getByRole("link", { name: "New job" }).waitFor();
   });
 
@@ -141,6 +142,40 @@ try {
     await shot(page, "run");
   });
 
+  await check("the dashboard charts the day's runs", async () => {
+    await page.getByRole("link", { name: "Dashboard" }).click();
+    await page.getByRole("heading", { name: "Runs per day (UTC)" }).waitFor();
+    const runs = Number((await page.locator(".tile").first().locator(".tile-value").textContent()).replace(/\D/g, ""));
+    assert.ok(runs >= 1, `the runs tile shows ${runs}`);
+    assert.ok((await page.locator("svg.chart rect").count()) >= 1, "a bar for today");
+    await page.getByRole("link", { name: "30 days" }).click();
+    await page.waitForURL(/days=30/);
+    await page.locator('svg.chart[aria-label*="Runs per day"]').waitFor();
+    await shot(page, "dashboard");
+  });
+
+  await check("replay a window: a dry run lists the runs, then they run again", async () => {
+    await page.getByRole("link", { name: "Replay" }).click();
+    await page.getByRole("heading", { name: "Replay" }).waitFor();
+    await page.getByLabel("Job type").fill(jobType);
+    const pad = (n) => String(n).padStart(2, "0");
+    const local = (d) => `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    await page.getByLabel("Fired from (your time)").fill(local(new Date(Date.now() - 10 * 60_000)));
+    await page.getByLabel("Fired before (your time)").fill(local(new Date()));
+    await page.getByLabel("Partition offsets").fill("0:nonsense");
+    await page.getByRole("button", { name: "Dry run" }).click();
+    await page.locator('[data-field="partitions"] .field-error').filter({ hasText: "partition:from-to" }).waitFor();
+    await page.getByLabel("Partition offsets").fill("");
+    await page.getByRole("button", { name: "Dry run" }).click();
+    const heading = page.getByRole("heading", { name: /would run again/ });
+    await heading.waitFor();
+    const planned = Number((await heading.textContent()).match(/\d+/)[0]);
+    assert.ok(planned >= 1, `${planned} runs planned`);
+    await shot(page, "replay");
+    await page.getByRole("button", { name: /^Replay \d+ run/ }).click();
+    await page.getByText(`Replayed ${planned} run`).waitFor();
+  });
+
   await check("the runs page filters by job and status", async () => {
     const id = jobUrl.split("/").pop();
     await page.goto(`${base}/#/runs?job_id=${id}&status=succeeded`);
@@ -158,7 +193,7 @@ try {
   });
 
   await check("the job list searches by name", async () => {
-    await page.getByRole("link", { name: "Jobs" }).click();
+    await page.getByRole("link", { name: "Jobs", exact: true }).click();
     await page.getByRole("searchbox", { name: "Name" }).fill("CONSOLE");
     await page.getByRole("button", { name: "Search" }).click();
     await page.waitForURL(/name=CONSOLE/);
@@ -167,10 +202,28 @@ try {
     await shot(page, "jobs");
   });
 
+  await check("the audit shows who created the job", async () => {
+    await page.getByRole("link", { name: "Audit" }).click();
+    await page.getByRole("heading", { name: "Audit" }).waitFor();
+    const row = page.locator("tbody tr").filter({ hasText: "job.create" }).first();
+    await row.waitFor();
+    assert.match(await row.textContent(), new RegExp(env("CADENZA_ADMIN_USER")));
+    await shot(page, "audit");
+  });
+
+  await check("the alarms page lists deliveries", async () => {
+    await page.getByRole("link", { name: "Alarms" }).click();
+    await page.getByRole("heading", { name: "Alarms" }).waitFor();
+    await page.getByText("No alarm.").waitFor();
+  });
+
   await check("a viewer sees no write buttons", async () => {
     const viewer = await newPage();
     await signIn(viewer, env("CADENZA_VIEWER_USER"), env("CADENZA_VIEWER_PASSWORD"));
+    await viewer.getByRole("link", { name: "Jobs", exact: true }).click();
+    await viewer.getByRole("searchbox", { name: "Name" }).waitFor();
     assert.equal(await viewer.getByRole("link", { name: "New job" }).count(), 0);
+    assert.equal(await viewer.getByRole("link", { name: "Replay" }).count(), 0, "the Replay link");
     await viewer.goto(jobUrl);
     await viewer.getByRole("heading", { name: "Recent runs" }).waitFor();
     for (const name of ["Edit", "Disable", "Enable", "Delete", "Run now"]) {

@@ -1,0 +1,141 @@
+// The dashboard: runs per day stacked by status (the daily report, kept as runs end, so it is
+// cheap with millions of runs), the success ratio, what runs now, what failed in the last 24 h,
+// and the live workers per group.
+
+import { api, query } from "./api.js";
+import { badge, h, show, table, time } from "./ui.js";
+
+/** Statuses in the order they stack, bottom up, with their colour. */
+const STACK = [
+  ["succeeded", "#2e9d57"],
+  ["failed", "#d64535"],
+  ["timed_out", "#a8322a"],
+  ["lost", "#7d1f19"],
+  ["cancelled", "#e0a13a"],
+  ["discarded", "#c9b27a"],
+  ["misfired", "#8d6e63"],
+];
+const SVG = "http://www.w3.org/2000/svg";
+
+function svg(tag, attrs = {}, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+function isoDay(d) {
+  return d.toISOString().slice(0, 10);
+}
+
+/** A stacked bar chart of `days` ([{day, by_status}]) from `from` to `to`, every day shown. */
+function chart(report) {
+  const days = [];
+  for (let d = new Date(`${report.from}T00:00:00Z`); isoDay(d) <= report.to; d.setUTCDate(d.getUTCDate() + 1)) days.push(isoDay(d));
+  const byDay = new Map(report.days.map((d) => [d.day, d.by_status]));
+  const totals = days.map((d) => Object.values(byDay.get(d) || {}).reduce((a, b) => a + b, 0));
+  const max = Math.max(1, ...totals);
+  const W = 720;
+  const H = 220;
+  const left = 44;
+  const bottom = 24;
+  const plotH = H - bottom - 8;
+  const step = (W - left) / days.length;
+  const barW = Math.max(2, step * 0.7);
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": `Runs per day from ${report.from} to ${report.to}` });
+  for (const frac of [0, 0.5, 1]) {
+    const y = 8 + plotH * (1 - frac);
+    root.append(svg("line", { x1: left, x2: W, y1: y, y2: y, class: "grid" }));
+    root.append(svg("text", { x: left - 6, y: y + 4, "text-anchor": "end", class: "axis" }, Math.round(max * frac)));
+  }
+  days.forEach((day, i) => {
+    const by = byDay.get(day) || {};
+    let y = 8 + plotH;
+    const x = left + i * step + (step - barW) / 2;
+    const g = svg("g", {});
+    const title = [`${day}: ${totals[i]} runs`];
+    for (const [status, colour] of STACK) {
+      const n = by[status] || 0;
+      if (!n) continue;
+      const hgt = (n / max) * plotH;
+      y -= hgt;
+      g.append(svg("rect", { x, y, width: barW, height: Math.max(hgt, 0.5), fill: colour }));
+      title.push(`${status}: ${n}`);
+    }
+    g.append(svg("title", {}, title.join("\n")));
+    root.append(g);
+    if (days.length <= 10 || i % Math.ceil(days.length / 10) === 0) {
+      root.append(svg("text", { x: x + barW / 2, y: H - 6, "text-anchor": "middle", class: "axis" }, day.slice(5)));
+    }
+  });
+  const legend = h(
+    "ul",
+    { class: "legend" },
+    STACK.map(([status, colour]) => h("li", {}, h("span", { class: "swatch", "data-colour": colour }), status)),
+  );
+  // Colours through the DOM, not inline style attributes (the CSP allows no inline styles).
+  for (const sw of legend.querySelectorAll(".swatch")) sw.style.background = sw.dataset.colour;
+  return h("div", { class: "chart-wrap" }, root, legend);
+}
+
+function tile(label, value, note) {
+  return h("div", { class: "tile" }, h("div", { class: "tile-value" }, value), h("div", { class: "tile-label" }, label), note ? h("div", { class: "muted" }, note) : null);
+}
+
+export async function dashboardPage(params) {
+  const span = params.get("days") === "30" ? 30 : 7;
+  const today = new Date();
+  const from = new Date(today.getTime() - (span - 1) * 86_400_000);
+  const since = new Date(today.getTime() - 86_400_000).toISOString();
+  const [report, running, failed, workers] = await Promise.all([
+    api("GET", `/api/report${query({ from: isoDay(from), to: isoDay(today) })}`),
+    api("GET", `/api/triggers${query({ status: "running", limit: 100 })}`),
+    api("GET", `/api/triggers${query({ status: "failed", from: since, limit: 20 })}`),
+    api("GET", "/api/workers"),
+  ]);
+  const total = report.rows.reduce((a, r) => a + r.runs, 0);
+  const ok = report.rows.filter((r) => r.status === "succeeded").reduce((a, r) => a + r.runs, 0);
+  const groups = new Map();
+  for (const w of workers.workers) {
+    const g = groups.get(w.group) || { alive: 0, all: 0 };
+    g.all += 1;
+    if (w.alive) g.alive += 1;
+    groups.set(w.group, g);
+  }
+  show(
+    h(
+      "div",
+      { class: "page-head" },
+      h("h1", {}, "Dashboard"),
+      h(
+        "div",
+        { class: "actions", role: "group", "aria-label": "Span" },
+        [7, 30].map((n) => h("a", { class: `button${n === span ? " primary" : ""}`, href: `#/dashboard${query({ days: n })}`, "aria-current": n === span ? "true" : null }, `${n} days`)),
+      ),
+    ),
+    h(
+      "div",
+      { class: "tiles" },
+      tile(`Runs, ${span} days`, total.toLocaleString()),
+      tile("Succeeded", total ? `${((100 * ok) / total).toFixed(1)} %` : "—", `${ok.toLocaleString()} of ${total.toLocaleString()}`),
+      tile("Running now", running.triggers.length === 100 ? "100+" : String(running.triggers.length)),
+      tile("Failed, last 24 h", failed.next_before_id ? "20+" : String(failed.triggers.length)),
+      tile("Live workers", String(workers.workers.filter((w) => w.alive).length), [...groups].map(([g, c]) => `${g}: ${c.alive}/${c.all}`).join(", ")),
+    ),
+    h("h2", {}, "Runs per day (UTC)"),
+    chart(report),
+    h("h2", {}, "Failed in the last 24 hours"),
+    table(
+      [
+        ["Run", (r) => h("a", { href: `#/runs/${r.id}` }, r.id)],
+        ["Job", (r) => h("a", { href: `#/jobs/${r.job_id}` }, `${r.job_id} (${r.job_type})`)],
+        ["Status", (r) => badge(r.status)],
+        ["Fire time", (r) => time(r.fire_time)],
+        ["Message", (r) => h("span", { class: "message" }, r.message || "")],
+      ],
+      failed.triggers,
+      "No run failed in the last 24 hours.",
+    ),
+    failed.next_before_id ? h("p", {}, h("a", { href: `#/runs${query({ status: "failed", from: since })}` }, "All failed runs →")) : null,
+  );
+}
