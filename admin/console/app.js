@@ -8,6 +8,7 @@ import { dashboardPage } from "./dashboard.js";
 import { jobForm } from "./job_form.js";
 import { alarmsPage, auditPage } from "./records.js";
 import { replayPage } from "./replay.js";
+import { accessPage } from "./access.js";
 
 /** Who is signed in (GET /api/session), or null. */
 let me = null;
@@ -27,6 +28,7 @@ const routes = [
   [/^#\/workers$/, () => workersPage()],
   [/^#\/alarms$/, () => alarmsPage(location().params)],
   [/^#\/replay$/, () => replayPage(canWrite())],
+  [/^#\/access$/, () => accessPage(me)],
   [/^#\/audit$/, () => auditPage(location().params)],
 ];
 
@@ -87,6 +89,7 @@ function signedIn() {
   document.getElementById("nav").hidden = false;
   // Replay writes (a dry run too): only for those who may.
   document.querySelector('#nav [data-section="replay"]').hidden = !canWrite();
+  document.querySelector('#nav [data-section="access"]').textContent = me.role === "admin" ? "Users" : "Tokens";
   const who = document.getElementById("who");
   who.replaceChildren(
     h("span", { class: "actor" }, me.actor),

@@ -74,8 +74,11 @@ export function table(columns, rows, empty = "Nothing here yet.") {
 }
 
 /** A label and its input, with a place for the API's message about that field. */
+let fieldIds = 0;
+
 export function field(label, name, input, help) {
-  input.id = input.id || `f-${name}`;
+  // Unique, so that two forms on one page (a new user, a new token) keep their labels apart.
+  input.id = input.id || `f-${name.replace(/[^\w-]/g, "-")}-${++fieldIds}`;
   input.name = name;
   return h(
     "div",

@@ -27,6 +27,7 @@ const FILES: &[(&str, &str, &str)] = &[
     embed!("dashboard.js", "text/javascript; charset=utf-8"),
     embed!("records.js", "text/javascript; charset=utf-8"),
     embed!("replay.js", "text/javascript; charset=utf-8"),
+    embed!("access.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Only the console's own files run and are fetched; it is never framed.

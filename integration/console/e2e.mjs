@@ -217,6 +217,37 @@ try {
     await page.getByText("No alarm.").waitFor();
   });
 
+  await check("an admin adds a user; a new token is shown once, works, and stops when revoked", async () => {
+    await page.getByRole("link", { name: "Users" }).click();
+    await page.getByRole("heading", { name: "Users and tokens" }).waitFor();
+    const create = page.locator("form").filter({ has: page.getByRole("heading", { name: "New user" }) });
+    await create.getByLabel("Name").fill("otto");
+    await create.getByLabel("Role").selectOption("operator");
+    await create.getByLabel("Job-type patterns").fill("console.*");
+    await create.getByLabel("Password").fill("short");
+    await create.getByRole("button", { name: "Create user" }).click();
+    await create.locator('[data-field="password"] .field-error').filter({ hasText: /10/ }).waitFor();
+    await create.getByLabel("Password").fill("a long enough password");
+    await create.getByRole("button", { name: "Create user" }).click();
+    await page.getByRole("cell", { name: "otto" }).waitFor();
+    const tokens = page.locator("form").filter({ has: page.getByRole("heading", { name: "New token" }) });
+    await tokens.getByLabel("Name").fill("e2e");
+    await tokens.getByRole("button", { name: "Create token" }).click();
+    const secret = page.locator("pre.secret");
+    await secret.waitFor();
+    const token = (await secret.textContent()).trim();
+    assert.match(token, /^cdz_[0-9a-f]{64}$/);
+    const whoami = await fetch(`${base}/api/session`, { headers: { Authorization: `Bearer ${token}` } });
+    assert.equal(whoami.status, 200);
+    assert.equal((await whoami.json()).actor, env("CADENZA_ADMIN_USER"));
+    await shot(page, "users");
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Revoke" }).first().click();
+    await page.getByText("revoked").first().waitFor();
+    const after = await fetch(`${base}/api/session`, { headers: { Authorization: `Bearer ${token}` } });
+    assert.equal(after.status, 401, "a revoked token is refused");
+  });
+
   await check("a viewer sees no write buttons", async () => {
     const viewer = await newPage();
     await signIn(viewer, env("CADENZA_VIEWER_USER"), env("CADENZA_VIEWER_PASSWORD"));
