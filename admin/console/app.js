@@ -445,21 +445,23 @@ async function runPage(id) {
     h("h2", {}, "Log"),
     log,
   );
-  // Until the run ends, its log grows: refresh it.
+  // Until the run ends, its log grows: follow it (server-sent events; only new text arrives).
   if (!ENDED.has(run.status)) {
-    const timer = setInterval(async () => {
-      try {
-        const now = await api("GET", `/api/triggers/${id}`);
-        log.textContent = now.log || "";
-        if (ENDED.has(now.status)) {
-          clearInterval(timer);
-          route();
-        }
-      } catch {
-        clearInterval(timer);
-      }
-    }, 1000);
-    stopPage = () => clearInterval(timer);
+    log.textContent = "";
+    const events = new EventSource(`/api/triggers/${id}/log`);
+    events.addEventListener("append", (e) => log.append(e.data));
+    events.addEventListener("reset", (e) => {
+      log.textContent = e.data;
+    });
+    events.addEventListener("status", (e) => {
+      const badgeNow = document.querySelector("#view h1 .badge");
+      if (badgeNow) badgeNow.replaceWith(badge(e.data));
+    });
+    events.addEventListener("end", () => {
+      events.close();
+      route();
+    });
+    stopPage = () => events.close();
   }
 }
 

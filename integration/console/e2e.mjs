@@ -129,6 +129,11 @@ try {
     await page.getByRole("button", { name: "Disable" }).click();
     await page.getByRole("button", { name: "Enable" }).waitFor();
     await page.getByLabel("Params for this run").fill("echo first; sleep 2; echo second");
+    const reads = [];
+    const count = (r) => {
+      if (/\/api\/triggers\/\d+(\/log)?$/.test(new URL(r.url()).pathname)) reads.push(new URL(r.url()).pathname);
+    };
+    page.on("request", count);
     await page.getByRole("button", { name: "Run now" }).click();
     await page.getByRole("heading", { name: /^Run \d+/ }).waitFor();
     await page.getByText("echo first; sleep 2; echo second").waitFor();
@@ -138,7 +143,11 @@ try {
     const early = await log.textContent();
     await log.filter({ hasText: "second" }).waitFor();
     await page.locator(".badge.s-succeeded").first().waitFor();
-    console.log(`    log when "first" arrived: ${JSON.stringify(early)}`);
+    page.off("request", count);
+    console.log(`    log when "first" arrived: ${JSON.stringify(early)}; requests: ${reads.join(" ")}`);
+    // The log is followed over one event stream, not by reading the run again and again.
+    assert.equal(reads.filter((p) => p.endsWith("/log")).length, 1, reads.join(" "));
+    assert.ok(reads.filter((p) => !p.endsWith("/log")).length <= 2, reads.join(" "));
     await shot(page, "run");
   });
 

@@ -243,6 +243,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Read, routes!(schedules::preview)),
         (Read, routes!(triggers::list)),
         (Read, routes!(triggers::get)),
+        (Read, routes!(triggers::log_stream)),
         (Read, routes!(workers::list)),
         (Read, routes!(alarms::list)),
         (Write, routes!(replay::create)),

@@ -187,3 +187,154 @@ pub async fn get(
     run.note_waiting(&state.registry, Utc::now());
     Ok(Json(run))
 }
+
+/// How often a followed log is looked at.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+/// A followed log ends after this long (a client may follow again).
+const FOLLOW_AT_MOST: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// What to send so that a client holding `sent` shows `now`: the new tail (`append`), or the
+/// whole log again (`reset`) when the log was cut at the front (it keeps the last 64 KiB) or
+/// replaced by the finished run's.
+fn log_change(sent: &str, now: &str) -> Option<(&'static str, String)> {
+    if now == sent {
+        return None;
+    }
+    if let Some(tail) = now.strip_prefix(sent) {
+        return Some(("append", tail.to_owned()));
+    }
+    // The front was cut: find where what was sent last ends.
+    let anchor_start = sent.char_indices().rev().nth(255).map_or(0, |(i, _)| i);
+    let anchor = &sent[anchor_start..];
+    if anchor.len() >= 64 {
+        if let Some(at) = now.rfind(anchor) {
+            return Some(("append", now[at + anchor.len()..].to_owned()));
+        }
+    }
+    Some(("reset", now.to_owned()))
+}
+
+/// A run's log as it grows, as server-sent events: `append` (new text), `reset` (the whole log,
+/// when it was cut at the front or replaced), `status` (the run's status, when it changes) and
+/// `end` (the run ended; the stream closes). A log that is already complete is sent at once.
+#[utoipa::path(get, path = "/triggers/{id}/log", tag = "runs", params(Id),
+    responses(
+        (status = 200, description = "`text/event-stream` of `append`, `reset`, `status` and \
+            `end` events.", content_type = "text/event-stream", body = String),
+        (status = 404, description = "No such run (`not_found`).", body = ErrorBody),
+    ))]
+pub async fn log_stream(
+    state: Shared,
+    axum::Extension(p): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<axum::response::Response> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use axum::response::IntoResponse;
+    use futures::StreamExt;
+
+    let id = parse_id("id", &id)?;
+    let job_type: Option<String> =
+        sqlx::query_scalar("SELECT job_type FROM triggers WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&state.pool)
+            .await?;
+    let job_type = job_type.ok_or_else(|| ApiError::not_found("trigger", id))?;
+    p.require(Access::Read, &job_type)?;
+
+    struct Follow {
+        pool: sqlx::PgPool,
+        sent: String,
+        status: String,
+        ended: bool,
+        until: tokio::time::Instant,
+        first: bool,
+    }
+    let start = Follow {
+        pool: state.pool.clone(),
+        sent: String::new(),
+        status: String::new(),
+        ended: false,
+        until: tokio::time::Instant::now() + FOLLOW_AT_MOST,
+        first: true,
+    };
+    let stream = futures::stream::unfold(start, move |mut f| async move {
+        loop {
+            if f.ended || tokio::time::Instant::now() >= f.until {
+                return None;
+            }
+            if !f.first {
+                tokio::time::sleep(FOLLOW_EVERY).await;
+            }
+            f.first = false;
+            let row: Option<(String, Option<String>)> =
+                match sqlx::query_as("SELECT status, log FROM triggers WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&f.pool)
+                    .await
+                {
+                    Ok(row) => row,
+                    // A database hiccup: look again at the next tick.
+                    Err(error) => {
+                        tracing::warn!(%error, trigger_id = id, "following a run's log");
+                        continue;
+                    }
+                };
+            let Some((status, log)) = row else {
+                f.ended = true;
+                return Some((vec![Event::default().event("end").data("gone")], f));
+            };
+            let log = log.unwrap_or_default();
+            let mut events = Vec::new();
+            if let Some((kind, text)) = log_change(&f.sent, &log) {
+                events.push(Event::default().event(kind).data(text));
+                f.sent = log;
+            }
+            if status != f.status {
+                events.push(Event::default().event("status").data(status.clone()));
+                let ended = status.parse::<RunStatus>().is_ok_and(|s| s.is_terminal());
+                f.status = status;
+                if ended {
+                    events.push(Event::default().event("end").data(f.status.clone()));
+                    f.ended = true;
+                }
+            }
+            if !events.is_empty() {
+                return Some((events, f));
+            }
+        }
+    })
+    .flat_map(|events| {
+        futures::stream::iter(events.into_iter().map(Ok::<_, std::convert::Infallible>))
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_change;
+
+    #[test]
+    fn a_followed_log_sends_only_what_is_new_and_resets_when_it_cannot() {
+        assert_eq!(log_change("", ""), None);
+        assert_eq!(log_change("a", "a"), None);
+        assert_eq!(log_change("", "a"), Some(("append", "a".into())));
+        assert_eq!(
+            log_change("a\nb", "a\nb\nc"),
+            Some(("append", "\nc".into()))
+        );
+        // Cut at the front (the log keeps its last 64 KiB): the tail after what was sent.
+        let sent: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let now = format!("{}line 100\n", &sent[50..]);
+        assert_eq!(
+            log_change(&sent, &now),
+            Some(("append", "line 100\n".into()))
+        );
+        // Replaced by something else: the whole log again.
+        assert_eq!(
+            log_change("short", "other"),
+            Some(("reset", "other".into()))
+        );
+    }
+}
