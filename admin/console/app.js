@@ -3,7 +3,7 @@
 // #/runs/{id}, #/workers.
 
 import { api, ApiError, onSignedOut, query, rememberCsrf } from "./api.js";
-import { badge, clearErrors, field, fieldError, h, notice, show, table, time } from "./ui.js";
+import { badge, clearErrors, field, fieldError, h, localInput, notice, show, table, time } from "./ui.js";
 import { dashboardPage } from "./dashboard.js";
 import { jobForm } from "./job_form.js";
 import { alarmsPage, auditPage } from "./records.js";
@@ -377,9 +377,8 @@ async function runsPage() {
     h("select", {}, h("option", { value: "" }, "any"), values.map((v) => h("option", { value: v, selected: v === current }, v)));
   const status = select(RUN_STATUSES, f.status);
   const kind = select(RUN_KINDS, f.kind);
-  const toInput = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16) : "");
-  const from = h("input", { type: "datetime-local", value: toInput(f.from) });
-  const to = h("input", { type: "datetime-local", value: toInput(f.to) });
+  const from = h("input", { type: "datetime-local", value: localInput(f.from) });
+  const to = h("input", { type: "datetime-local", value: localInput(f.to) });
   const fromLocal = (v) => (v ? new Date(v).toISOString() : "");
   const form = h(
     "form",

@@ -3,7 +3,7 @@
 // type (GET /api/schedules/preview), and the API's validation messages at the field they name.
 
 import { api, query } from "./api.js";
-import { clearErrors, field, fieldError, h, notice, time } from "./ui.js";
+import { clearErrors, field, fieldError, h, localInput, notice, time } from "./ui.js";
 
 let enums = null;
 
@@ -73,7 +73,7 @@ export async function jobForm(job, save) {
     }),
     every_ms: number(s.every_ms, { min: 1 }),
     delay_ms: number(s.delay_ms, { min: 1 }),
-    at: h("input", { type: "datetime-local", step: 1, value: s.at ? new Date(s.at).toISOString().slice(0, 19) : "" }),
+    at: h("input", { type: "datetime-local", step: 1, value: localInput(s.at, true) }),
     route: select(routes, j.route),
     block: select(blocks, j.block),
     misfire: select(misfires, j.misfire),

@@ -1,7 +1,7 @@
 // Alarms and the audit: read-only lists with filters, newest first, a page at a time.
 
 import { api, query } from "./api.js";
-import { badge, field, h, show, table, time } from "./ui.js";
+import { badge, field, h, localInput, show, table, time } from "./ui.js";
 
 /** Filters as a search form that rewrites the hash (so a filtered page can be bookmarked). */
 function filters(route, inputs) {
@@ -30,7 +30,6 @@ function pager(route, f, next) {
   );
 }
 
-const toLocalInput = (iso) => (iso ? new Date(iso).toISOString().slice(0, 16) : "");
 const fromLocalInput = (v) => (v ? new Date(v).toISOString() : "");
 
 export async function alarmsPage(params) {
@@ -78,8 +77,8 @@ export async function auditPage(params) {
     filters("#/audit", {
       actor: ["Actor", h("input", { value: f.actor, placeholder: "any" })],
       job_id: ["Job id", h("input", { inputmode: "numeric", value: f.job_id, placeholder: "any" })],
-      from: ["From", h("input", { type: "datetime-local", value: toLocalInput(f.from) }), fromLocalInput],
-      to: ["Before", h("input", { type: "datetime-local", value: toLocalInput(f.to) }), fromLocalInput],
+      from: ["From", h("input", { type: "datetime-local", value: localInput(f.from) }), fromLocalInput],
+      to: ["Before", h("input", { type: "datetime-local", value: localInput(f.to) }), fromLocalInput],
     }),
     table(
       [

@@ -48,6 +48,17 @@ export function time(iso) {
   return h("time", { datetime: iso, title: `${d.toISOString().replace(".000Z", "Z")} UTC` }, local.format(d));
 }
 
+/** The value of a `datetime-local` input for an instant: the viewer's local wall time (what
+ *  the input shows and `new Date(value)` reads back). */
+export function localInput(iso, seconds = false) {
+  if (!iso) return "";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return "";
+  const pad = (n) => String(n).padStart(2, "0");
+  const base = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return seconds ? `${base}:${pad(d.getSeconds())}` : base;
+}
+
 /** A run or job status as a coloured badge. */
 export function badge(status) {
   return h("span", { class: `badge s-${status}` }, status);

@@ -43,7 +43,8 @@ async function check(name, f) {
 }
 
 async function newPage(width = 1280, height = 900) {
-  const page = await browser.newPage({ viewport: { width, height } });
+  // Not the machine's zone (UTC here): times must show and round-trip in the viewer's zone.
+  const page = await browser.newPage({ viewport: { width, height }, timezoneId: "Europe/Paris" });
   page.setDefaultTimeout(20_000);
   page.on("pageerror", (e) => problems.push(`${step}: page error: ${e.message}`));
   return page;
@@ -167,10 +168,14 @@ try {
     await page.getByRole("link", { name: "Replay" }).click();
     await page.getByRole("heading", { name: "Replay" }).waitFor();
     await page.getByLabel("Job type").fill(jobType);
-    const pad = (n) => String(n).padStart(2, "0");
-    const local = (d) => `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-    await page.getByLabel("Fired from (your time)").fill(local(new Date(Date.now() - 10 * 60_000)));
-    await page.getByLabel("Fired before (your time)").fill(local(new Date()));
+    // Wall times in the browser's zone, as a person there would type them.
+    const [from, to] = await page.evaluate(() => {
+      const pad = (n) => String(n).padStart(2, "0");
+      const local = (d) => `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+      return [local(new Date(Date.now() - 10 * 60_000)), local(new Date())];
+    });
+    await page.getByLabel("Fired from (your time)").fill(from);
+    await page.getByLabel("Fired before (your time)").fill(to);
     await page.getByLabel("Partition offsets").fill("0:nonsense");
     await page.getByRole("button", { name: "Dry run" }).click();
     await page.locator('[data-field="partitions"] .field-error').filter({ hasText: "partition:from-to" }).waitFor();
@@ -191,6 +196,12 @@ try {
     await page.getByRole("heading", { name: "Runs" }).waitFor();
     await page.locator("tbody tr").first().waitFor();
     for (const s of await page.locator("tbody .badge").allTextContents()) assert.equal(s, "succeeded");
+    // A time filter round-trips in the viewer's zone (Europe/Paris here).
+    await page.getByLabel("Fired from").fill("2026-01-02T03:04");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.waitForURL(/from=2026-01-02T02%3A04/);
+    await page.getByRole("heading", { name: "Runs" }).waitFor();
+    assert.equal(await page.getByLabel("Fired from").inputValue(), "2026-01-02T03:04");
     await shot(page, "runs");
   });
 
