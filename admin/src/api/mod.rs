@@ -281,20 +281,24 @@ pub fn rules() -> Vec<(Method, String, Rule)> {
         .collect()
 }
 
-fn rule_for(method: &Method, path: &str) -> Option<Rule> {
+/// [`rules`] by (method, path), built once.
+fn rule_table() -> &'static HashMap<(Method, String), Rule> {
     static RULES: std::sync::OnceLock<HashMap<(Method, String), Rule>> = std::sync::OnceLock::new();
-    RULES
-        .get_or_init(|| rules().into_iter().map(|(m, p, r)| ((m, p), r)).collect())
+    RULES.get_or_init(|| rules().into_iter().map(|(m, p, r)| ((m, p), r)).collect())
+}
+
+fn rule_for(method: &Method, path: &str) -> Option<Rule> {
+    rule_table()
         .get(&(method.clone(), path.to_owned()))
         .copied()
 }
 
 /// The methods the route table has for `path` (for a `405`'s `Allow` header).
 fn methods_of(path: &str) -> Vec<Method> {
-    let mut methods: Vec<Method> = rules()
-        .into_iter()
-        .filter(|(_, p, _)| p == path)
-        .map(|(m, _, _)| m)
+    let mut methods: Vec<Method> = rule_table()
+        .keys()
+        .filter(|(_, p)| p == path)
+        .map(|(m, _)| m.clone())
         .collect();
     methods.sort_by(|a, b| a.as_str().cmp(b.as_str()));
     methods
@@ -316,36 +320,26 @@ pub fn openapi_json() -> String {
     doc::render(&openapi())
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
-    let api = routes()
+/// A router of `routes`, each at the path of its operation.
+fn mount(routes: impl IntoIterator<Item = Route>) -> Router<Arc<AppState>> {
+    routes
         .into_iter()
-        .flat_map(|(_, (_, paths, handler))| {
+        .fold(Router::new(), |router, (_, paths, handler)| {
             paths
                 .paths
                 .keys()
-                .map(|path| (path.clone(), handler.clone()))
-                .collect::<Vec<_>>()
+                .fold(router, |router, path| router.route(path, handler.clone()))
         })
-        .fold(Router::new(), |api, (path, handler)| {
-            api.route(&path, handler)
-        })
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let api = mount(routes().into_iter().map(|(_, route)| route))
         .fallback(fallback)
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
         // Outside authentication: every answer goes to a client that has sent its whole body.
         .layer(middleware::from_fn(input::limit_body));
-    let root = probes()
-        .into_iter()
-        .flat_map(|(_, paths, handler)| {
-            paths
-                .paths
-                .keys()
-                .map(|path| (path.clone(), handler.clone()))
-                .collect::<Vec<_>>()
-        })
-        .fold(Router::new(), |root, (path, handler)| {
-            root.route(&path, handler)
-        });
-    root.merge(crate::console::router())
+    mount(probes())
+        .merge(crate::console::router())
         .nest("/api", api)
         .fallback(fallback)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
