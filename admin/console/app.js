@@ -269,7 +269,7 @@ async function jobPage(id) {
         act(
           "Delete",
           async () => {
-            if (!window.confirm(`Delete job ${job.id} “${job.name}”? Its runs stay in the history.`)) return;
+            if (!window.confirm(`Delete job ${job.id} “${job.name}”? Its runs are deleted with it.`)) return;
             await api("DELETE", `/api/jobs/${id}`);
             window.location.hash = "#/jobs";
           },

@@ -1,6 +1,6 @@
 // The dashboard: runs per day stacked by status (the daily report, kept as runs end, so it is
 // cheap with millions of runs), the success ratio, what runs now, what failed in the last 24 h,
-// and the live workers per group.
+// the live workers per group, and the scheduler's health (admins, shards, publication lateness).
 
 import { api, query } from "./api.js";
 import { badge, h, show, table, time } from "./ui.js";
@@ -78,6 +78,44 @@ function chart(report) {
   return h("div", { class: "chart-wrap" }, root, legend);
 }
 
+/** Shards held by each admin, as bars out of the shard count, with its publication figures. */
+function scheduler(health) {
+  const alive = health.admins.filter((a) => a.alive);
+  const W = 720;
+  const rowH = 26;
+  const left = 170;
+  const root = svg("svg", { viewBox: `0 0 ${W} ${Math.max(1, alive.length) * rowH + 4}`, class: "chart bars", role: "img", "aria-label": `Shards held by each admin, of ${health.shard_count}` });
+  alive.forEach((a, i) => {
+    const y = i * rowH + 4;
+    const w = ((W - left - 60) * a.shards.length) / Math.max(1, health.shard_count);
+    root.append(svg("text", { x: left - 8, y: y + 15, "text-anchor": "end", class: "axis" }, a.admin_id));
+    const bar = svg("rect", { x: left, y, width: Math.max(w, 1), height: rowH - 8, fill: "#3b6fd4" });
+    bar.append(svg("title", {}, `${a.admin_id}: shards ${a.shards.join(", ") || "none"}`));
+    root.append(bar);
+    root.append(svg("text", { x: left + w + 6, y: y + 15, class: "axis" }, a.shards.length));
+  });
+  const lateness = (a) => (a.published_last_minute ? `${a.lateness_p50_ms} / ${a.lateness_p99_ms} / ${a.lateness_max_ms} ms` : "—");
+  return [
+    alive.length ? h("div", { class: "chart-wrap" }, root) : h("p", { class: "notice error", role: "alert" }, "No admin is alive: no job fires."),
+    health.unheld_shards.length
+      ? h("p", { class: "notice error", role: "alert" }, `${health.unheld_shards.length} of ${health.shard_count} shards have no admin (${health.unheld_shards.join(", ")}): their jobs do not fire until one takes them.`)
+      : null,
+    table(
+      [
+        ["Admin", (a) => a.admin_id],
+        ["State", (a) => badge(a.alive ? "alive" : "dead")],
+        ["Shards", (a) => String(a.shards.length)],
+        ["Published, last minute", (a) => a.published_last_minute.toLocaleString()],
+        ["Lateness p50 / p99 / max", lateness],
+        ["Last seen", (a) => time(a.last_seen)],
+        ["Started", (a) => time(a.started_at)],
+      ],
+      health.admins,
+      "No admin has run in the last hour.",
+    ),
+  ];
+}
+
 function tile(label, value, note) {
   return h("div", { class: "tile" }, h("div", { class: "tile-value" }, value), h("div", { class: "tile-label" }, label), note ? h("div", { class: "muted" }, note) : null);
 }
@@ -87,14 +125,17 @@ export async function dashboardPage(params) {
   const today = new Date();
   const from = new Date(today.getTime() - (span - 1) * 86_400_000);
   const since = new Date(today.getTime() - 86_400_000).toISOString();
-  const [report, running, failed, workers] = await Promise.all([
-    api("GET", `/api/report${query({ from: isoDay(from), to: isoDay(today) })}`),
+  const [report, running, failed, workers, health] = await Promise.all([
+    api("GET", `/api/report${query({ from: isoDay(from), to: isoDay(today), rows: "false" })}`),
     api("GET", `/api/triggers${query({ status: "running", limit: 100 })}`),
     api("GET", `/api/triggers${query({ status: "failed", from: since, limit: 20 })}`),
     api("GET", "/api/workers"),
+    api("GET", "/api/scheduler"),
   ]);
-  const total = report.rows.reduce((a, r) => a + r.runs, 0);
-  const ok = report.rows.filter((r) => r.status === "succeeded").reduce((a, r) => a + r.runs, 0);
+  const total = report.days.reduce((a, d) => a + d.runs, 0);
+  const ok = report.days.reduce((a, d) => a + (d.by_status.succeeded || 0), 0);
+  const adminsAlive = health.admins.filter((a) => a.alive);
+  const worstP99 = Math.max(0, ...adminsAlive.filter((a) => a.published_last_minute).map((a) => a.lateness_p99_ms));
   const groups = new Map();
   for (const w of workers.workers) {
     const g = groups.get(w.group) || { alive: 0, all: 0 };
@@ -121,6 +162,12 @@ export async function dashboardPage(params) {
       tile("Running now", running.triggers.length === 100 ? "100+" : String(running.triggers.length)),
       tile("Failed, last 24 h", failed.next_before_id ? "20+" : String(failed.triggers.length)),
       tile("Live workers", String(workers.workers.filter((w) => w.alive).length), [...groups].map(([g, c]) => `${g}: ${c.alive}/${c.all}`).join(", ")),
+      tile(
+        "Admins alive",
+        String(adminsAlive.length),
+        health.unheld_shards.length ? `${health.unheld_shards.length} shards unheld` : `all ${health.shard_count} shards held`,
+      ),
+      tile("Publication p99, last minute", adminsAlive.some((a) => a.published_last_minute) ? `${worstP99} ms` : "—", `${adminsAlive.reduce((n, a) => n + a.published_last_minute, 0).toLocaleString()} published`),
     ),
     h("h2", {}, "Runs per day (UTC)"),
     chart(report),
@@ -137,5 +184,7 @@ export async function dashboardPage(params) {
       "No run failed in the last 24 hours.",
     ),
     failed.next_before_id ? h("p", {}, h("a", { href: `#/runs${query({ status: "failed", from: since })}` }, "All failed runs →")) : null,
+    h("h2", {}, "Scheduler"),
+    scheduler(health),
   );
 }

@@ -175,6 +175,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         leases: Arc::new(scheduler::lease::Leases::default()),
         clock: Arc::new(scheduler::clock::DbClock::default()),
         wheel: Arc::new(scheduler::wheel::Wheel::default()),
+        lateness: Arc::default(),
         kafka: kafka.clone(),
         registry: registry.clone(),
         read_back: tokio::sync::Mutex::new(()),

@@ -74,10 +74,15 @@ impl NewRuns {
     }
 }
 
-/// Counts the runs `ids`, which just ended in this transaction, in the daily report.
+/// Counts the runs `ids`, which just ended in this transaction, in the daily report (by job and
+/// by job type).
 pub async fn count_in_report(conn: &mut PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
     if !ids.is_empty() {
         sqlx::query(sql!("report/count_ended"))
+            .bind(ids)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(sql!("report/count_ended_by_type"))
             .bind(ids)
             .execute(conn)
             .await?;

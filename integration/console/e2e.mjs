@@ -157,7 +157,16 @@ try {
     await page.getByRole("heading", { name: "Runs per day (UTC)" }).waitFor();
     const runs = Number((await page.locator(".tile").first().locator(".tile-value").textContent()).replace(/\D/g, ""));
     assert.ok(runs >= 1, `the runs tile shows ${runs}`);
-    assert.ok((await page.locator("svg.chart rect").count()) >= 1, "a bar for today");
+    assert.ok((await page.locator('svg.chart[aria-label*="Runs per day"] rect').count()) >= 1, "a bar for today");
+    // Scheduler health: the one admin is alive, holds every shard, and publishes on time.
+    const tile = (label) => page.locator(".tile", { has: page.locator(".tile-label", { hasText: label }) });
+    assert.equal((await tile("Admins alive").locator(".tile-value").textContent()).trim(), "1");
+    assert.match(await tile("Admins alive").textContent(), /all 64 shards held/);
+    const bars = page.locator('svg.chart[aria-label^="Shards held"]');
+    assert.match(await bars.textContent(), /64/);
+    const admin = page.locator("tbody tr", { has: page.locator(".badge.s-alive") });
+    assert.equal(await admin.count(), 1);
+    await page.waitForFunction(() => /\d+ ms/.test(document.querySelector(".tiles")?.textContent || ""), null, { timeout: 30_000 });
     await page.getByRole("link", { name: "30 days" }).click();
     await page.waitForURL(/days=30/);
     await page.locator('svg.chart[aria-label*="Runs per day"]').waitFor();
@@ -284,15 +293,83 @@ try {
     await viewer.close();
   });
 
-  await check("no layout break at 390 px", async () => {
-    const phone = await newPage(390, 844);
-    await signIn(phone, env("CADENZA_ADMIN_USER"), env("CADENZA_ADMIN_PASSWORD"));
-    await phone.goto(jobUrl);
-    await phone.getByRole("heading", { name: "Recent runs" }).waitFor();
-    const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-    assert.ok(overflow <= 0, `the page is ${overflow} px wider than the screen`);
-    await shot(phone, "job-390");
-    await phone.close();
+  await check("every page is reachable by keyboard alone", async () => {
+    const kb = await newPage();
+    await kb.goto(`${base}/`);
+    await kb.getByLabel("Name").focus();
+    await kb.keyboard.type(env("CADENZA_ADMIN_USER"));
+    await kb.keyboard.press("Tab");
+    await kb.keyboard.type(env("CADENZA_ADMIN_PASSWORD"));
+    await kb.keyboard.press("Enter");
+    await kb.getByRole("heading", { name: "Dashboard" }).waitFor();
+    // Tab from the top of the page to the Jobs link, to the job, to its Run now form; run it.
+    const tabTo = async (want, limit = 80) => {
+      for (let i = 0; i < limit; i++) {
+        await kb.keyboard.press("Tab");
+        const at = await kb.evaluate(() => {
+          const el = document.activeElement;
+          return {
+            text: (el?.textContent || "").trim(),
+            name: el?.getAttribute("name") || "",
+            ring: el ? getComputedStyle(el).outlineStyle !== "none" : false,
+          };
+        });
+        if (want(at)) {
+          assert.ok(at.ring, `the focused "${at.text || at.name}" shows a focus ring`);
+          return;
+        }
+      }
+      throw new Error("not reachable by Tab");
+    };
+    await kb.evaluate(() => document.activeElement?.blur());
+    await tabTo((a) => a.text === "Jobs");
+    await kb.keyboard.press("Enter");
+    await kb.getByRole("heading", { name: "Jobs" }).waitFor();
+    await tabTo((a) => a.text === "console cron");
+    await kb.keyboard.press("Enter");
+    await kb.getByRole("heading", { name: "Recent runs" }).waitFor();
+    await tabTo((a) => a.name === "params");
+    await kb.keyboard.type("echo typed at the keyboard");
+    await tabTo((a) => a.text === "Run now");
+    await kb.keyboard.press("Enter");
+    await kb.getByRole("heading", { name: /^Run \d+/ }).waitFor();
+    await kb.locator(".log").getByText("typed at the keyboard").waitFor({ timeout: 30_000 });
+    await kb.close();
+  });
+
+  await check("no layout break at 390 px or 1280 px on any page", async () => {
+    for (const [w, h] of [[390, 844], [1280, 800]]) {
+      const p = await newPage(w, h);
+      await signIn(p, env("CADENZA_ADMIN_USER"), env("CADENZA_ADMIN_PASSWORD"));
+      const pages = [
+        ["#/dashboard", "Dashboard"],
+        ["#/jobs", "Jobs"],
+        [jobUrl.slice(jobUrl.indexOf("#")), "Recent runs"],
+        [`${jobUrl.slice(jobUrl.indexOf("#"))}/edit`, "Edit console cron"],
+        ["#/jobs/new", "New job"],
+        ["#/runs", "Runs"],
+        ["#/workers", "Workers"],
+        ["#/replay", "Replay"],
+        ["#/alarms", "Alarms"],
+        ["#/audit", "Audit"],
+        ["#/access", "Users and tokens"],
+      ];
+      for (const [hash, heading] of pages) {
+        await p.goto(`${base}/${hash}`);
+        await p.getByRole("heading", { name: heading, exact: true }).first().waitFor();
+        const overflow = await p.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert.ok(overflow <= 0, `${hash} at ${w} px is ${overflow} px wider than the screen`);
+      }
+      if (w === 390) {
+        await p.goto(jobUrl);
+        await p.getByRole("heading", { name: "Recent runs" }).waitFor();
+        await shot(p, "job-390");
+        await p.goto(`${base}/#/dashboard`);
+        await p.getByRole("heading", { name: "Scheduler" }).waitFor();
+        await shot(p, "dashboard-390");
+      }
+      await p.close();
+    }
   });
 
   assert.deepEqual(problems, [], "errors in the page");

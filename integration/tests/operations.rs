@@ -131,6 +131,18 @@ async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
         assert_eq!(api.reported_runs(job, "failed").await.unwrap(), 3);
         assert_eq!(api.reported_runs(job, "succeeded").await.unwrap(), 0);
     }
+    // Day totals alone (what the dashboard's chart reads) match the per-job rows.
+    let (_, full) = api.get_json("/api/report").await.unwrap();
+    let (_, totals) = api.get_json("/api/report?rows=false").await.unwrap();
+    assert_eq!(totals["days"], full["days"], "{totals}");
+    assert_eq!(totals["rows"], json!([]));
+    let failed: i64 = full["days"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["by_status"]["failed"].as_i64().unwrap_or(0))
+        .sum();
+    assert_eq!(failed, 6, "three failed runs of each job: {full}");
     let (status, bad) = api.get_json("/api/report?from=yesterday").await.unwrap();
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
     assert_eq!(bad["error"]["field"], "from");

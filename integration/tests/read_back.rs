@@ -55,6 +55,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
         leases: Default::default(),
         clock: Arc::new(DbClock::default()),
         wheel: Arc::new(Wheel::default()),
+        lateness: Default::default(),
         kafka,
         registry: Arc::new(Registry::new(cluster.topics(), Duration::from_secs(10))),
         read_back: tokio::sync::Mutex::new(()),

@@ -112,9 +112,13 @@ async fn shards_are_shared_and_taken_over_after_a_crash() {
     let a = spawn_admin(&cluster, "admin-a").await;
     wait_balanced(&pool, &["admin-a"]).await;
     let b = spawn_admin(&cluster, "admin-b").await;
-    let _c = spawn_admin(&cluster, "admin-c").await;
+    let c = spawn_admin(&cluster, "admin-c").await;
     let joined = wait_balanced(&pool, &["admin-a", "admin-b", "admin-c"]).await;
     println!("three admins share the shards {joined:?} after the last one started");
+    // Jobs on many shards, so that every admin publishes (the health figures below).
+    for _ in 0..64 {
+        create(&a.api(), json!({"kind": "fix_rate", "every_ms": 1000})).await;
+    }
 
     let killed = Instant::now();
     a.kill_9().unwrap();
@@ -122,6 +126,61 @@ async fn shards_are_shared_and_taken_over_after_a_crash() {
     println!("takeover after SIGKILL: {took:?} (bound {TAKEOVER_BOUND:?})");
     assert!(took <= TAKEOVER_BOUND, "takeover took {took:?}");
     wait_balanced(&pool, &["admin-b", "admin-c"]).await;
+
+    // The console's scheduler health tells the same story: a dead, holding nothing; b and c
+    // alive, holding every shard between them, and publishing.
+    let health = wait_for(
+        Duration::from_secs(30),
+        "scheduler health: b and c alive, a dead, both publishing",
+        || {
+            let api = c.api();
+            async move {
+                let (status, body) = api.get_json("/api/scheduler").await?;
+                assert_eq!(status, StatusCode::OK, "{body}");
+                let admin = |id: &str| {
+                    body["admins"]
+                        .as_array()
+                        .and_then(|v| v.iter().find(|x| x["admin_id"] == id).cloned())
+                };
+                let ready = admin("admin-a").is_some_and(|x| x["alive"] == false)
+                    && ["admin-b", "admin-c"].iter().all(|id| {
+                        admin(id).is_some_and(|x| {
+                            x["alive"] == true && x["published_last_minute"].as_i64() > Some(0)
+                        })
+                    });
+                Ok(ready.then_some(body))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    println!("scheduler health: {health}");
+    assert_eq!(health["shard_count"], 64);
+    assert_eq!(health["unheld_shards"], json!([]));
+    let mut held: Vec<i64> = Vec::new();
+    for admin in health["admins"].as_array().unwrap() {
+        let shards: Vec<i64> = admin["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_i64().unwrap())
+            .collect();
+        if admin["admin_id"] == "admin-a" {
+            assert!(shards.is_empty(), "a dead admin holds nothing: {admin}");
+            continue;
+        }
+        let (p50, p99, max) = (
+            admin["lateness_p50_ms"].as_i64().unwrap(),
+            admin["lateness_p99_ms"].as_i64().unwrap(),
+            admin["lateness_max_ms"].as_i64().unwrap(),
+        );
+        assert!(p50 <= p99 && p99 <= max, "{admin}");
+        // Fire times of the dead admin's shards were published late by up to a takeover.
+        assert!(max <= TAKEOVER_BOUND.as_millis() as i64 + 2_000, "{admin}");
+        held.extend(shards);
+    }
+    held.sort_unstable();
+    assert_eq!(held, (0..64).collect::<Vec<i64>>(), "each shard held once");
 
     // A graceful stop hands the shards over at once.
     let _a2 = spawn_admin(&cluster, "admin-a2").await;

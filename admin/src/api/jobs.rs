@@ -420,7 +420,7 @@ pub async fn disable(
     Ok(Json(set_enabled(&state, &p, &id, false).await?))
 }
 
-/// Deletes a job; its runs stay in the history.
+/// Deletes a job and its runs (the audit keeps who deleted it; the daily report keeps its counts).
 #[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs", params(Id),
     responses(
         (status = 204, description = "Deleted."),

@@ -9,6 +9,7 @@ mod input;
 mod jobs;
 mod replay;
 mod report;
+mod scheduler;
 mod schedules;
 mod session;
 mod tokens;
@@ -245,6 +246,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Read, routes!(triggers::get)),
         (Read, routes!(triggers::log_stream)),
         (Read, routes!(workers::list)),
+        (Read, routes!(scheduler::health)),
         (Read, routes!(alarms::list)),
         (Write, routes!(replay::create)),
         (Read, routes!(report::daily)),

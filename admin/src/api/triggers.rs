@@ -142,7 +142,11 @@ pub async fn list(
                 .map_err(|e| ApiError::invalid("kind", e))?,
         ),
     };
-    let mut runs: Vec<Run> = sqlx::query_as(sql!("triggers/list"))
+    let statement = match status {
+        Some(_) => sql!("triggers/list_by_status"),
+        None => sql!("triggers/list"),
+    };
+    let mut runs: Vec<Run> = sqlx::query_as(statement)
         .bind(job_id)
         .bind(status.map(|s| s.as_str()))
         .bind(before)

@@ -123,9 +123,14 @@ impl LeaseManager {
         let ttl_ms = cfg.lease_ttl_ms as f64;
         let sent = Instant::now();
         let sent_wall = Utc::now();
+        let late = ctx.lateness.summary(ctx.clock.now().timestamp());
         let (admins, db_now): (i64, DateTime<Utc>) = sqlx::query_as(sql!("lease/heartbeat"))
             .bind(&ctx.admin_id)
             .bind(ttl_ms)
+            .bind(i64::try_from(late.count).unwrap_or(i64::MAX))
+            .bind(late.p50_ms)
+            .bind(late.p99_ms)
+            .bind(late.max_ms)
             .fetch_one(&ctx.pool)
             .await?;
         ctx.clock.observe(sent_wall, db_now, Utc::now());

@@ -12,6 +12,7 @@
 //! transaction, so an admin that lost a shard cannot change its rows.
 
 pub mod clock;
+pub mod lateness;
 pub mod lease;
 pub mod lost;
 pub mod publish;
@@ -117,6 +118,8 @@ pub struct SchedulerContext {
     /// The database clock, by which the timer releases triggers.
     pub clock: Arc<clock::DbClock>,
     pub wheel: Arc<wheel::Wheel>,
+    /// Publication lateness of the last minute, written to this admin's `admins` row.
+    pub lateness: Arc<lateness::LatenessWindow>,
     pub kafka: Arc<KafkaClients>,
     /// Live workers, from their heartbeats (routing and broadcast shard counts).
     pub registry: Arc<crate::route::registry::Registry>,

@@ -265,14 +265,14 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
         mut outcome,
     } = batch;
     let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
-    let mut max_lateness = 0;
+    let mut lateness = Vec::with_capacity(sends.len());
     for (id, fire_time, delivery) in sends {
         match delivery.await {
             Ok(Ok(d)) => {
                 ok_id.push(id);
                 ok_part.push(d.partition);
                 ok_off.push(d.offset);
-                max_lateness = max_lateness.max((sent_at - fire_time).num_milliseconds());
+                lateness.push((sent_at - fire_time).num_milliseconds());
             }
             Ok(Err((e, _))) => {
                 ctx.kafka.note_send_error(&e);
@@ -293,8 +293,10 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
     outcome.published = ok_id.len();
     tracing::debug!(
         published = outcome.published,
-        max_lateness_ms = max_lateness,
+        max_lateness_ms = lateness.iter().max().copied().unwrap_or(0),
         "published"
     );
+    ctx.lateness
+        .record(ctx.clock.now().timestamp(), lateness.iter().copied());
     Ok(outcome)
 }
