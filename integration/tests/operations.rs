@@ -1,12 +1,12 @@
 //! Operations end to end: retries with backoff, child jobs (also after a broadcast), lost runs of
-//! a killed worker, webhook alarms, and API triggers with a delay.
+//! a killed worker, webhook alarms, API triggers with a delay, and cancelling runs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
 use std::time::Duration;
 
 use cadenza_integration::{
-    json_time, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
+    json_time, read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
     WorkerHandle,
 };
 use chrono::{DateTime, Utc};
@@ -957,4 +957,103 @@ async fn outbound_requests_to_loopback_are_refused_unless_allowed() {
     let log = admin.log();
     assert!(log.contains("alarm not delivered"), "{log}");
     assert!(!log.contains("s3cret"), "{log}");
+}
+
+/// An operator cancels runs: one waiting behind another on the worker (never starts), one
+/// running (its handler stops), one not yet published (never sent); an ended run is refused. A
+/// cancelled run is not retried, and the daily report counts it.
+#[tokio::test]
+async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
+    let (cluster, admin, _w) = start(&[], "ops.sleep=sleep", "ops").await;
+    let api = &admin.api();
+    let job = api
+        .create_job(&json!({"name": "long", "job_type": "ops.sleep",
+            "schedule": {"kind": "none"}, "params": "60000", "retries": 2,
+            "block": "serial_execution"}))
+        .await
+        .unwrap();
+    let running = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(running, "running", WAIT).await.unwrap();
+    let waiting = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(waiting, "published", WAIT).await.unwrap();
+    // Let the worker take the second trigger into the job's lane, behind the running one.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let cancel = |id: i64| async move {
+        api.post_empty(&format!("/api/triggers/{id}/cancel"))
+            .await
+            .unwrap()
+    };
+    let (status, body) = cancel(waiting).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["message"].as_str().unwrap().starts_with("cancel requested by "), "{body}");
+    let run = api.wait_run_status(waiting, "cancelled", WAIT).await.unwrap();
+    assert!(run["message"].as_str().unwrap().starts_with("cancelled by "), "{run}");
+    assert_eq!(run["started_at"], Value::Null, "a waiting run never starts: {run}");
+    let (_, first) = api.get_json(&format!("/api/triggers/{running}")).await.unwrap();
+    assert_eq!(first["status"], "running", "only the named run is cancelled");
+
+    let asked = std::time::Instant::now();
+    let (status, body) = cancel(running).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let run = api.wait_run_status(running, "cancelled", WAIT).await.unwrap();
+    assert!(run["message"].as_str().unwrap().starts_with("cancelled by "), "{run}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "a 60 s run stopped {:?} after the cancel",
+        asked.elapsed()
+    );
+
+    // Not published yet (due in 3 s): cancelled at once, never sent.
+    let (status, body) = api
+        .post_json(&format!("/api/jobs/{job}/trigger"), &json!({"delay_ms": 3000}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let later = body["trigger_ids"][0].as_i64().unwrap();
+    let (status, body) = cancel(later).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "cancelled", "{body}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (_, run) = api.get_json(&format!("/api/triggers/{later}")).await.unwrap();
+    assert_eq!(run["status"], "cancelled", "{run}");
+    assert_eq!(run["published_at"], Value::Null, "{run}");
+    let topic = format!("{}.trigger.ops.sleep", cluster.topic_prefix());
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let sent = |id: i64| {
+        records
+            .iter()
+            .filter(|r| r.payload_json().is_ok_and(|v| v["trigger_id"] == id && v["type"] == "trigger"))
+            .count()
+    };
+    assert_eq!((sent(running), sent(waiting), sent(later)), (1, 1, 0));
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| r.header_str("cadenza-record") == Some("cancel"))
+            .count(),
+        2,
+        "one cancel record per published run"
+    );
+
+    // Ended: refused, and nothing else changes.
+    let (status, body) = cancel(running).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "not_cancellable");
+    let (status, _) = cancel(999_999_999).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Not retried (the job has retries left), counted in the report.
+    let runs = runs_of(api, job).await;
+    assert_eq!(runs.len(), 3, "no retry of a cancelled run: {runs:#?}");
+    assert_eq!(api.reported_runs(job, "cancelled").await.unwrap(), 3);
+    let (_, audit) = api.get_json("/api/audit").await.unwrap();
+    let cancels = audit["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "run.cancel")
+        .count();
+    assert_eq!(cancels, 3, "{audit}");
 }

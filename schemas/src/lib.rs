@@ -18,7 +18,7 @@ pub mod json_schema;
 
 pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
 pub use messages::{
-    DlqMessage, FenceMessage, Heartbeat, ProgressClaim, ProgressRecord, ReportingOffset,
+    CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim, ProgressRecord, ReportingOffset,
     ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob, StartedOffset, TriggerMessage,
     TriggerRecord,
 };

@@ -9,7 +9,7 @@ use crate::strategy::{BlockStrategy, RunStatus, TriggerKind};
 
 /// A record on a trigger topic `<prefix>.trigger.<job_type>`.
 ///
-/// Key: the job id (decimal). Header `cadenza-record`: `trigger` or `fence`.
+/// Key: the job id (decimal). Header `cadenza-record`: `trigger`, `fence` or `cancel`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TriggerRecord {
@@ -18,6 +18,10 @@ pub enum TriggerRecord {
     /// A marker an admin writes when it takes over a shard, to read a partition back up to a known
     /// point. Workers skip it.
     Fence(FenceMessage),
+    /// An operator cancels a run published earlier on the same partition: the worker that holds
+    /// it stops it (waiting: never started; running: its handler is cancelled) and reports it
+    /// `cancelled`. A worker that does not hold the run (already finished) skips it.
+    Cancel(CancelMessage),
 }
 
 /// One run to execute.
@@ -68,6 +72,16 @@ pub struct FenceMessage {
     /// Unique per fence, so the writer recognises its own record when reading back.
     pub nonce: String,
     pub written_at: DateTime<Utc>,
+}
+
+/// A request to cancel one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CancelMessage {
+    pub trigger_id: TriggerId,
+    pub job_id: JobId,
+    /// Who asked (a user or token name), for the run's message.
+    pub by: String,
+    pub requested_at: DateTime<Utc>,
 }
 
 /// An event on `<prefix>.results`. Key: the trigger id (decimal).

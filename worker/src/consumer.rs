@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cadenza_schemas::{
-    JobType, ProgressClaim, ProgressRecord, TriggerMessage, TriggerRecord, WorkerId, HEADER_RECORD,
+    CancelMessage, JobType, ProgressClaim, ProgressRecord, TriggerMessage, TriggerRecord, WorkerId, HEADER_RECORD,
     HEADER_TRACEPARENT,
 };
 use chrono::Utc;
@@ -819,6 +819,8 @@ pub(crate) enum Classified {
     Unserved(Box<TriggerMessage>),
     /// A trigger to run.
     Run(Box<TriggerMessage>),
+    /// An operator cancels a run published earlier on this partition.
+    Cancel(CancelMessage),
 }
 
 /// Classify a message of `topic`, whose handler serves `expected` (None: no handler).
@@ -842,6 +844,7 @@ pub(crate) fn classify(
     match serde_json::from_slice::<TriggerRecord>(payload) {
         Err(e) => Classified::Dlq(format!("not a trigger record: {e}")),
         Ok(TriggerRecord::Fence(_)) => Classified::Skip,
+        Ok(TriggerRecord::Cancel(c)) => Classified::Cancel(c),
         Ok(TriggerRecord::Trigger(t)) if Some(&t.job_type) != expected => {
             Classified::Unserved(Box::new(t))
         }
@@ -971,6 +974,13 @@ impl Intake {
             m.payload(),
         ) {
             Classified::Skip => self.env.finish_offset(&delivery),
+            Classified::Cancel(c) => {
+                // Nothing to run: the record is done once read. The run it names is earlier on
+                // this partition, so if this worker holds it, it is in a lane now.
+                let held = self.env.lanes.cancel(c.job_id, c.trigger_id, &c.by);
+                tracing::info!(trigger_id = %c.trigger_id, by = %c.by, held, "cancel requested");
+                self.env.finish_offset(&delivery);
+            }
             Classified::Dlq(reason) => self.to_dlq(delivery, &m, reason),
             Classified::Unserved(trigger) => {
                 let attempt = redelivered.attempt(trigger.attempt);

@@ -8,6 +8,9 @@
 //!   `cancelled`) and the new trigger runs once the cancelled run has stopped — which the executor
 //!   bounds by the cancel grace period, so a handler that ignores cancellation cannot block it.
 //!
+//! An operator can also cancel one run ([`Lanes::cancel`], from a `cancel` record on the
+//! trigger's partition): waiting, it never starts; running, its handler is cancelled.
+//!
 //! The decision is taken synchronously, in consumption order, by [`Lanes::admit`]; the run's task
 //! then waits for its turn with [`LaneSlot::wait_turn`]. Dropping a [`LaneSlot`] leaves the lane
 //! and hands the turn to the next run, whatever the reason (finished, cancelled, task aborted).
@@ -33,11 +36,21 @@ struct LanesInner {
     lanes: HashMap<JobId, VecDeque<Entry>>,
 }
 
+/// Why a run was cancelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cause {
+    /// A `cover_early` trigger of the same job replaced it.
+    Covered(TriggerId),
+    /// An operator cancelled it (by this name).
+    Operator(String),
+}
+
 #[derive(Debug)]
 struct Entry {
     ticket: u64,
+    trigger_id: TriggerId,
     cancel: CancellationToken,
-    covered_by: Arc<OnceLock<TriggerId>>,
+    cause: Arc<OnceLock<Cause>>,
     /// Sent when the entry reaches the front of its lane; taken once sent.
     turn: Option<oneshot::Sender<()>>,
 }
@@ -62,7 +75,7 @@ pub(crate) struct LaneSlot {
     ticket: u64,
     turn: Option<oneshot::Receiver<()>>,
     cancel: CancellationToken,
-    covered_by: Arc<OnceLock<TriggerId>>,
+    cause: Arc<OnceLock<Cause>>,
 }
 
 /// Result of waiting for a lane's turn.
@@ -95,15 +108,15 @@ impl Lanes {
             }
             BlockStrategy::CoverEarly => {
                 for e in lane.iter() {
-                    // First cover wins: a run covered twice reports the first one.
-                    let _ = e.covered_by.set(trigger_id);
+                    // The first cause wins: a run covered twice reports the first one.
+                    let _ = e.cause.set(Cause::Covered(trigger_id));
                     e.cancel.cancel();
                 }
             }
         }
         let (tx, rx) = oneshot::channel();
         let cancel = CancellationToken::new();
-        let covered_by = Arc::new(OnceLock::new());
+        let cause = Arc::new(OnceLock::new());
         let turn = if lane.is_empty() {
             // Nobody ahead: the turn is ours at once.
             let _ = tx.send(());
@@ -113,8 +126,9 @@ impl Lanes {
         };
         lane.push_back(Entry {
             ticket,
+            trigger_id,
             cancel: cancel.clone(),
-            covered_by: covered_by.clone(),
+            cause: cause.clone(),
             turn,
         });
         Admission::Admitted(LaneSlot {
@@ -123,8 +137,24 @@ impl Lanes {
             ticket,
             turn: Some(rx),
             cancel,
-            covered_by,
+            cause,
         })
+    }
+
+    /// Cancels run `trigger_id` of `job_id` if it is in its lane (waiting or running), for
+    /// `by`. False when this worker does not hold it (it finished, or never came here).
+    pub(crate) fn cancel(&self, job_id: JobId, trigger_id: TriggerId, by: &str) -> bool {
+        let inner = lock(&self.inner);
+        let Some(e) = inner
+            .lanes
+            .get(&job_id)
+            .and_then(|l| l.iter().find(|e| e.trigger_id == trigger_id))
+        else {
+            return false;
+        };
+        let _ = e.cause.set(Cause::Operator(by.to_owned()));
+        e.cancel.cancel();
+        true
     }
 
     /// Jobs with runs in this worker (running plus waiting), by job id.
@@ -187,15 +217,15 @@ impl LaneSlot {
         }
     }
 
-    /// The run's token: cancelled when a `cover_early` trigger replaces the run. The handler's
-    /// context gets a child of it.
+    /// The run's token: cancelled when a `cover_early` trigger replaces the run or an operator
+    /// cancels it. The handler's context gets a child of it.
     pub(crate) fn token(&self) -> &CancellationToken {
         &self.cancel
     }
 
-    /// The trigger that covered this run, if one did.
-    pub(crate) fn covered_by(&self) -> Option<TriggerId> {
-        self.covered_by.get().copied()
+    /// Why the run was cancelled, if it was.
+    pub(crate) fn cause(&self) -> Option<Cause> {
+        self.cause.get().cloned()
     }
 }
 
@@ -284,15 +314,41 @@ mod tests {
         assert_eq!(a.wait_turn().await, Turn::Go);
         let mut c = admitted(lanes.admit(JobId(1), TriggerId(3), BlockStrategy::CoverEarly));
         assert!(a.token().is_cancelled());
-        assert_eq!(a.covered_by(), Some(TriggerId(3)));
+        assert_eq!(a.cause(), Some(Cause::Covered(TriggerId(3))));
         // The waiting one never starts.
         assert_eq!(b.wait_turn().await, Turn::Cancelled);
-        assert_eq!(b.covered_by(), Some(TriggerId(3)));
+        assert_eq!(b.cause(), Some(Cause::Covered(TriggerId(3))));
         drop(b);
         // The new one waits until the cancelled running one has stopped.
         assert!(is_pending(&mut c).await);
         drop(a);
         assert_eq!(c.wait_turn().await, Turn::Go);
+        assert!(!c.token().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn an_operator_cancels_one_run_waiting_or_running() {
+        let lanes = Arc::new(Lanes::default());
+        let s = BlockStrategy::SerialExecution;
+        let mut a = admitted(lanes.admit(JobId(1), TriggerId(1), s));
+        let mut b = admitted(lanes.admit(JobId(1), TriggerId(2), s));
+        let mut c = admitted(lanes.admit(JobId(1), TriggerId(3), s));
+        assert_eq!(a.wait_turn().await, Turn::Go);
+        // Waiting: b never starts, c keeps its place.
+        assert!(lanes.cancel(JobId(1), TriggerId(2), "ada"));
+        assert_eq!(b.wait_turn().await, Turn::Cancelled);
+        assert_eq!(b.cause(), Some(Cause::Operator("ada".into())));
+        assert!(!a.token().is_cancelled() && !c.token().is_cancelled());
+        drop(b);
+        // Running: its token is cancelled; the next one goes once it has stopped.
+        assert!(lanes.cancel(JobId(1), TriggerId(1), "ops-token"));
+        assert!(a.token().is_cancelled());
+        assert!(is_pending(&mut c).await);
+        drop(a);
+        assert_eq!(c.wait_turn().await, Turn::Go);
+        // Not held here (finished, another job, unknown): nothing happens.
+        assert!(!lanes.cancel(JobId(1), TriggerId(1), "ada"));
+        assert!(!lanes.cancel(JobId(2), TriggerId(3), "ada"));
         assert!(!c.token().is_cancelled());
     }
 }

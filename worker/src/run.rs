@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cadenza_schemas::{
-    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus, TriggerId,
+    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus,
     TriggerMessage, WorkerId,
 };
 use chrono::{DateTime, Utc};
@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::consumer::ProgressSignal;
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
-use crate::lane::{Admission, Lanes, Turn};
+use crate::lane::{Admission, Cause, Lanes, Turn};
 use crate::lock;
 use crate::offsets::{Begun, Durability, Epoch, OffsetTracker, PartitionTokens, TopicPartition};
 use crate::results::ResultSink;
@@ -190,12 +190,13 @@ impl Verdict {
     }
 }
 
-fn cancelled_verdict(covered_by: Option<TriggerId>) -> Verdict {
-    match covered_by {
-        Some(id) => Verdict::new(
+fn cancelled_verdict(cause: Option<Cause>) -> Verdict {
+    match cause {
+        Some(Cause::Covered(id)) => Verdict::new(
             RunStatus::Cancelled,
             format!("cancelled: trigger {id} of the same job replaced this run (cover_early)"),
         ),
+        Some(Cause::Operator(by)) => Verdict::new(RunStatus::Cancelled, format!("cancelled by {by}")),
         None => Verdict::new(RunStatus::Cancelled, "cancelled"),
     }
 }
@@ -417,7 +418,7 @@ impl RunEnv {
             t = slot.wait_turn() => t,
         };
         if turn == Turn::Cancelled {
-            let verdict = cancelled_verdict(slot.covered_by());
+            let verdict = cancelled_verdict(slot.cause());
             drop(slot);
             self.report(&delivery, &ids, verdict, None, None).await;
             return;
@@ -429,7 +430,7 @@ impl RunEnv {
                 return;
             }
             _ = slot.token().cancelled() => {
-                let verdict = cancelled_verdict(slot.covered_by());
+                let verdict = cancelled_verdict(slot.cause());
                 drop(slot);
                 self.report(&delivery, &ids, verdict, None, None).await;
                 return;
@@ -500,7 +501,7 @@ impl RunEnv {
         .await;
         // Before the next run of the job may start: its start is after this run's end.
         let ended_at = Utc::now();
-        let covered_by = slot.covered_by();
+        let cause = slot.cause();
         // The next run of the job and of the worker may start now.
         drop(permit);
         drop(slot);
@@ -532,7 +533,7 @@ impl RunEnv {
                 RunStatus::TimedOut,
                 format!("timed out after {} ms", after.as_millis()),
             ),
-            Execution::Cancelled => cancelled_verdict(covered_by),
+            Execution::Cancelled => cancelled_verdict(cause),
         };
         stop_shipping.cancel();
         if let Err(error) = shipper.await {

@@ -30,6 +30,9 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// 409: a user of that name exists already.
     UserExists,
+    /// 409: the run cannot be cancelled: it already ended, or it is being published right now
+    /// (try again in a moment).
+    NotCancellable,
     /// 413: the request body is over the limit (1 MiB).
     PayloadTooLarge,
     /// 422: a field is invalid; `field` names it (`schedule.expr`, `alarm_emails[2]`, a query
@@ -62,6 +65,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::UserExists => "user_exists",
+            ErrorCode::NotCancellable => "not_cancellable",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidField => "invalid_field",
             ErrorCode::NothingToReplay => "nothing_to_replay",

@@ -245,6 +245,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Read, routes!(triggers::list)),
         (Read, routes!(triggers::get)),
         (Read, routes!(triggers::log_stream)),
+        (Write, routes!(triggers::cancel)),
         (Read, routes!(workers::list)),
         (Read, routes!(scheduler::health)),
         (Read, routes!(alarms::list)),

@@ -11,6 +11,7 @@ use crate::route::registry::Registry;
 
 use super::doc::Id;
 use super::{parse_id, parse_limit, parse_time, ApiError, ApiResult, ErrorBody, Params, Shared};
+use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
 
 /// One run as the API shows it.
@@ -190,6 +191,126 @@ pub async fn get(
     p.require(Access::Read, &run.job_type)?;
     run.note_waiting(&state.registry, Utc::now());
     Ok(Json(run))
+}
+
+/// Cancels a run. Not yet published (`scheduled`): it ends `cancelled` at once and never runs
+/// (200). Published or running: a `cancel` record goes to its partition, where the worker that
+/// holds it stops it (waiting: never started; running: its handler is cancelled, then stopped
+/// after the cancel grace period) and reports it `cancelled` (202; the run shows `cancel
+/// requested by …` until then). A cancelled run is not retried and fires no children.
+#[utoipa::path(post, path = "/triggers/{id}/cancel", tag = "runs", params(Id),
+    responses(
+        (status = 200, description = "Cancelled before it was published; it never runs.", body = Run),
+        (status = 202, description = "Published: the cancel is on its way to the worker that \
+            holds the run, which reports it `cancelled`.", body = Run),
+        (status = 404, description = "No such run (`not_found`).", body = ErrorBody),
+        (status = 409, description = "The run already ended, or is being published \
+            (`not_cancellable`).", body = ErrorBody),
+    ))]
+pub async fn cancel(
+    state: Shared,
+    axum::Extension(p): axum::Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult<(axum::http::StatusCode, Json<Run>)> {
+    use axum::http::StatusCode;
+
+    let id = parse_id("id", &id)?;
+    let mut tx = state.pool.begin().await?;
+    let row: Option<(String, i64, String, Option<i32>)> =
+        sqlx::query_as(sql!("triggers/lock_for_cancel"))
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (status, job_id, job_type, partition) =
+        row.ok_or_else(|| ApiError::not_found("trigger", id))?;
+    p.require(Access::Write, &job_type)?;
+    let by = p.actor().name;
+    let refuse = |why: String| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            super::ErrorCode::NotCancellable,
+            format!("run {id} cannot be cancelled: {why}"),
+        )
+    };
+    let answer = match status.parse::<RunStatus>() {
+        Ok(RunStatus::Scheduled) => {
+            sqlx::query(sql!("triggers/cancel_unpublished"))
+                .bind(id)
+                .bind(&by)
+                .execute(&mut *tx)
+                .await?;
+            crate::outcome::after_terminal(&mut tx, &state.registry, &[(id, RunStatus::Cancelled)])
+                .await?;
+            StatusCode::OK
+        }
+        Ok(RunStatus::Published | RunStatus::Running) => {
+            let partition = partition
+                .ok_or_else(|| refuse("it has no partition recorded".to_owned()))?;
+            let record = cadenza_schemas::TriggerRecord::Cancel(cadenza_schemas::CancelMessage {
+                trigger_id: cadenza_schemas::TriggerId(id),
+                job_id: cadenza_schemas::JobId(job_id),
+                by: by.clone(),
+                requested_at: Utc::now(),
+            });
+            let payload = serde_json::to_vec(&record).map_err(anyhow::Error::from)?;
+            let job_type_id =
+                cadenza_schemas::JobType::parse(&job_type).map_err(anyhow::Error::from)?;
+            let topic = state.kafka.topics().trigger(&job_type_id);
+            let key = job_id.to_string();
+            let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: cadenza_schemas::HEADER_RECORD,
+                value: Some("cancel"),
+            });
+            // Sent while the row is locked: if the broker refuses, nothing is recorded.
+            state
+                .kafka
+                .producer()
+                .send(
+                    rdkafka::producer::FutureRecord::to(&topic)
+                        .partition(partition)
+                        .key(&key)
+                        .payload(&payload)
+                        .headers(headers),
+                    rdkafka::util::Timeout::After(std::time::Duration::from_secs(10)),
+                )
+                .await
+                .map_err(|(e, _)| anyhow::Error::from(e))?;
+            sqlx::query(sql!("triggers/cancel_requested"))
+                .bind(id)
+                .bind(&by)
+                .execute(&mut *tx)
+                .await?;
+            StatusCode::ACCEPTED
+        }
+        Ok(RunStatus::Publishing) => {
+            return Err(refuse(
+                "it is being published right now; try again in a moment".to_owned(),
+            ))
+        }
+        _ => return Err(refuse(format!("it already ended ({status})"))),
+    };
+    audit::done(
+        &mut tx,
+        &p.actor(),
+        Entry::new("run.cancel")
+            .job(job_id, &job_type)
+            .target(format!("run {id}"))
+            .detail(if answer == StatusCode::OK {
+                "cancelled before publication".to_owned()
+            } else {
+                format!("cancel sent to partition {}", partition.unwrap_or(-1))
+            }),
+    )
+    .await?;
+    tx.commit().await?;
+    tracing::info!(trigger_id = id, %by, status = %answer, "run cancel requested");
+    let run: Option<Run> = sqlx::query_as(sql!("triggers/get"))
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?;
+    let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
+    run.note_waiting(&state.registry, Utc::now());
+    Ok((answer, Json(run)))
 }
 
 /// How often a followed log is looked at.
