@@ -418,11 +418,43 @@ async function runsPage() {
 
 const ENDED = new Set(["succeeded", "failed", "timed_out", "cancelled", "discarded", "lost", "misfired"]);
 
+/** Statuses a run can be cancelled in (publishing: wait a moment). */
+const CANCELLABLE = new Set(["scheduled", "published", "running"]);
+
 async function runPage(id) {
   const run = await api("GET", `/api/triggers/${id}`);
   const log = h("pre", { class: "log", "aria-live": "polite" }, run.log || "");
+  const status = h("div", { role: "status" });
+  const cancel =
+    canWrite() && CANCELLABLE.has(run.status)
+      ? h(
+          "div",
+          { class: "actions" },
+          h(
+            "button",
+            {
+              type: "button",
+              class: "danger",
+              onclick: async (ev) => {
+                if (!window.confirm(`Cancel run ${run.id} of job ${run.job_id}? A running handler is stopped.`)) return;
+                ev.target.disabled = true;
+                try {
+                  const r = await api("POST", `/api/triggers/${run.id}/cancel`);
+                  status.replaceChildren(notice(r.status === "cancelled" ? "Cancelled: it will not run." : "Cancel sent to the worker that holds the run.", "info"));
+                  if (r.status === "cancelled") route();
+                } catch (e) {
+                  ev.target.disabled = false;
+                  status.replaceChildren(notice(e.message));
+                }
+              },
+            },
+            "Cancel run",
+          ),
+        )
+      : null;
   show(
-    h("div", { class: "page-head" }, h("h1", {}, `Run ${run.id} `, badge(run.status))),
+    h("div", { class: "page-head" }, h("h1", {}, `Run ${run.id} `, badge(run.status)), cancel),
+    status,
     h(
       "dl",
       { class: "facts" },
@@ -436,6 +468,12 @@ async function runPage(id) {
       fact("Partition / offset", run.partition === null ? "—" : `${run.partition} / ${run.offset}`),
       fact("Attempt", run.attempt),
       fact("Parent", run.parent_id ? h("a", { href: `#/runs/${run.parent_id}` }, `run ${run.parent_id}`) : "none"),
+      fact(
+        "Followed by",
+        run.follow_ups && run.follow_ups.length
+          ? run.follow_ups.map((f, i) => [i ? ", " : "", h("a", { href: `#/runs/${f.id}` }, `${f.kind} run ${f.id}`), " ", badge(f.status)])
+          : "none",
+      ),
       run.shard_total > 1 ? fact("Shard", `${run.shard_index + 1} of ${run.shard_total}`) : null,
       fact("Route", run.route_note ? `${run.route} — ${run.route_note}` : run.route),
       fact("Message", run.waiting || run.message || "—"),
@@ -455,6 +493,7 @@ async function runPage(id) {
     events.addEventListener("status", (e) => {
       const badgeNow = document.querySelector("#view h1 .badge");
       if (badgeNow) badgeNow.replaceWith(badge(e.data));
+      if (cancel && !CANCELLABLE.has(e.data)) cancel.remove();
     });
     events.addEventListener("end", () => {
       events.close();

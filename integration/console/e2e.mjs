@@ -337,6 +337,21 @@ try {
     await kb.close();
   });
 
+  await check("a running run is cancelled from its page", async () => {
+    await page.goto(jobUrl);
+    await page.getByLabel("Params for this run").fill("echo started; sleep 120");
+    await page.getByRole("button", { name: "Run now" }).click();
+    await page.getByRole("heading", { name: /^Run \d+/ }).waitFor();
+    await page.locator("pre.log").filter({ hasText: "started" }).waitFor();
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Cancel run" }).click();
+    await page.getByText("Cancel sent to the worker").waitFor();
+    // The worker stops the handler and reports; the page follows the run to its end.
+    await page.locator("h1 .badge.s-cancelled").waitFor({ timeout: 30_000 });
+    await page.getByText(/^cancelled by /).waitFor();
+    assert.equal(await page.getByRole("button", { name: "Cancel run" }).count(), 0);
+  });
+
   await check("no layout break at 390 px or 1280 px on any page", async () => {
     for (const [w, h] of [[390, 844], [1280, 800]]) {
       const p = await newPage(w, h);

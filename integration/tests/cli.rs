@@ -130,6 +130,37 @@ async fn the_cli_round_trips_against_a_running_admin() {
     );
     let one = cadenza(&home, &env, &["runs", "show", &run_id, "--json"]).await;
     assert_eq!(one.json()["status"], "succeeded");
+    // An ended run cannot be cancelled: the admin's reason, and nothing changes.
+    let late = cadenza(&home, &env, &["runs", "cancel", &run_id]).await;
+    assert_eq!(late.code, 1, "{}", late.stdout);
+    assert!(
+        late.stderr.contains("not_cancellable") && late.stderr.contains("already ended"),
+        "{}",
+        late.stderr
+    );
+    // A run due in a minute is cancelled at once and never runs.
+    let due = cadenza(
+        &home,
+        &env,
+        &["jobs", "trigger", &id, "--delay-ms", "60000", "--json"],
+    )
+    .await;
+    assert_eq!(due.code, 0, "{}", due.stderr);
+    let due_id = due.json()["trigger_ids"][0].to_string();
+    let cancelled = cadenza(&home, &env, &["runs", "cancel", &due_id]).await;
+    assert_eq!(cancelled.code, 0, "{}", cancelled.stderr);
+    assert!(
+        cancelled
+            .stderr
+            .contains(&format!("[run {due_id} cancelled]")),
+        "{}",
+        cancelled.stderr
+    );
+    assert!(
+        cancelled.stdout.contains("cancelled by"),
+        "{}",
+        cancelled.stdout
+    );
 
     let workers = run(&["workers"]).await;
     assert!(workers.stdout.contains(worker.id()), "{}", workers.stdout);
@@ -149,11 +180,14 @@ async fn the_cli_round_trips_against_a_running_admin() {
         "{}",
         audit.stdout
     );
-    for (line, action) in
-        lines[1..]
-            .iter()
-            .zip(["job.enable", "job.disable", "job.trigger", "job.create"])
-    {
+    for (line, action) in lines[1..].iter().zip([
+        "job.enable",
+        "job.disable",
+        "run.cancel",
+        "job.trigger",
+        "job.trigger",
+        "job.create",
+    ]) {
         assert!(
             line.contains(action) && line.contains("service"),
             "{}",

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use cadenza_integration::{
-    json_time, read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
-    WorkerHandle,
+    json_time, read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink,
+    StatusCode, WorkerHandle,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -120,6 +120,16 @@ async fn a_failing_job_is_retried_with_fixed_and_exponential_backoff() {
                 "a retry links to the failed run"
             );
             assert!(next["message"].as_str().unwrap().contains("boom"));
+            // And the failed run links to its retry.
+            let (_, one) = api
+                .get_json(&format!("/api/triggers/{}", prev["id"]))
+                .await
+                .unwrap();
+            assert_eq!(
+                one["follow_ups"],
+                json!([{"id": next["id"], "job_id": job, "kind": "retry", "status": "failed"}]),
+                "{one}"
+            );
             let gap = ms(time(&next["started_at"]) - time(&prev["finished_at"]));
             let want = delays[k - 1];
             assert!(
@@ -178,6 +188,16 @@ async fn children_fire_once_on_success_and_not_on_failure() {
     for c in [c1, c2] {
         assert_eq!(runs_of(api, c).await.len(), 1, "child {c} fired once");
     }
+    let (_, parent_run) = api.get_json(&format!("/api/triggers/{run}")).await.unwrap();
+    let follow: Vec<(i64, &str)> = parent_run["follow_ups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["job_id"].as_i64().unwrap(), f["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(follow, [(c1, "child"), (c2, "child")], "{parent_run}");
+    let (_, bad_run) = api.get_json(&format!("/api/triggers/{bad}")).await.unwrap();
+    assert_eq!(bad_run["follow_ups"], json!([]));
 
     // Bad children: a job that does not exist, itself, a cycle.
     let mut missing = none("dangling", "ops.ok");
@@ -975,7 +995,9 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
     let running = api.trigger_now(job).await.unwrap();
     api.wait_run_status(running, "running", WAIT).await.unwrap();
     let waiting = api.trigger_now(job).await.unwrap();
-    api.wait_run_status(waiting, "published", WAIT).await.unwrap();
+    api.wait_run_status(waiting, "published", WAIT)
+        .await
+        .unwrap();
     // Let the worker take the second trigger into the job's lane, behind the running one.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
@@ -986,18 +1008,52 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
     };
     let (status, body) = cancel(waiting).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert!(body["message"].as_str().unwrap().starts_with("cancel requested by "), "{body}");
-    let run = api.wait_run_status(waiting, "cancelled", WAIT).await.unwrap();
-    assert!(run["message"].as_str().unwrap().starts_with("cancelled by "), "{run}");
-    assert_eq!(run["started_at"], Value::Null, "a waiting run never starts: {run}");
-    let (_, first) = api.get_json(&format!("/api/triggers/{running}")).await.unwrap();
-    assert_eq!(first["status"], "running", "only the named run is cancelled");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancel requested by "),
+        "{body}"
+    );
+    let run = api
+        .wait_run_status(waiting, "cancelled", WAIT)
+        .await
+        .unwrap();
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled by "),
+        "{run}"
+    );
+    assert_eq!(
+        run["started_at"],
+        Value::Null,
+        "a waiting run never starts: {run}"
+    );
+    let (_, first) = api
+        .get_json(&format!("/api/triggers/{running}"))
+        .await
+        .unwrap();
+    assert_eq!(
+        first["status"], "running",
+        "only the named run is cancelled"
+    );
 
     let asked = std::time::Instant::now();
     let (status, body) = cancel(running).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let run = api.wait_run_status(running, "cancelled", WAIT).await.unwrap();
-    assert!(run["message"].as_str().unwrap().starts_with("cancelled by "), "{run}");
+    let run = api
+        .wait_run_status(running, "cancelled", WAIT)
+        .await
+        .unwrap();
+    assert!(
+        run["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled by "),
+        "{run}"
+    );
     assert!(
         asked.elapsed() < Duration::from_secs(10),
         "a 60 s run stopped {:?} after the cancel",
@@ -1006,7 +1062,10 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
 
     // Not published yet (due in 3 s): cancelled at once, never sent.
     let (status, body) = api
-        .post_json(&format!("/api/jobs/{job}/trigger"), &json!({"delay_ms": 3000}))
+        .post_json(
+            &format!("/api/jobs/{job}/trigger"),
+            &json!({"delay_ms": 3000}),
+        )
         .await
         .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -1015,7 +1074,10 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "cancelled", "{body}");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (_, run) = api.get_json(&format!("/api/triggers/{later}")).await.unwrap();
+    let (_, run) = api
+        .get_json(&format!("/api/triggers/{later}"))
+        .await
+        .unwrap();
     assert_eq!(run["status"], "cancelled", "{run}");
     assert_eq!(run["published_at"], Value::Null, "{run}");
     let topic = format!("{}.trigger.ops.sleep", cluster.topic_prefix());
@@ -1025,7 +1087,10 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
     let sent = |id: i64| {
         records
             .iter()
-            .filter(|r| r.payload_json().is_ok_and(|v| v["trigger_id"] == id && v["type"] == "trigger"))
+            .filter(|r| {
+                r.payload_json()
+                    .is_ok_and(|v| v["trigger_id"] == id && v["type"] == "trigger")
+            })
             .count()
     };
     assert_eq!((sent(running), sent(waiting), sent(later)), (1, 1, 0));

@@ -18,9 +18,9 @@ pub mod json_schema;
 
 pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
 pub use messages::{
-    CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim, ProgressRecord, ReportingOffset,
-    ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob, StartedOffset, TriggerMessage,
-    TriggerRecord,
+    CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim, ProgressRecord,
+    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob, StartedOffset,
+    TriggerMessage, TriggerRecord,
 };
 pub use schedule::Schedule;
 pub use strategy::{

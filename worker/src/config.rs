@@ -55,8 +55,8 @@ pub struct WorkerConfig {
     /// How long a graceful stop waits for running runs before handing them back unfinished
     /// (they are redelivered to the partition's next owner). Default 30 s.
     pub drain_timeout: Duration,
-    /// How long a cancelled (timed out, covered) handler may take to return before it is
-    /// abandoned and its task aborted. Default 5 s.
+    /// How long a cancelled handler (timed out, covered, or cancelled by an operator) may take
+    /// to return before it is abandoned and its task aborted. Default 5 s.
     pub cancel_grace: Duration,
     /// How often finished offsets are committed (asynchronously). Default 100 ms.
     pub commit_interval: Duration,

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cadenza_schemas::{
-    CancelMessage, JobType, ProgressClaim, ProgressRecord, TriggerMessage, TriggerRecord, WorkerId, HEADER_RECORD,
-    HEADER_TRACEPARENT,
+    CancelMessage, JobType, ProgressClaim, ProgressRecord, TriggerMessage, TriggerRecord, WorkerId,
+    HEADER_RECORD, HEADER_TRACEPARENT,
 };
 use chrono::Utc;
 use rdkafka::consumer::{

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cadenza_schemas::{
-    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus,
-    TriggerMessage, WorkerId,
+    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus, TriggerMessage,
+    WorkerId,
 };
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, Semaphore};
@@ -196,7 +196,9 @@ fn cancelled_verdict(cause: Option<Cause>) -> Verdict {
             RunStatus::Cancelled,
             format!("cancelled: trigger {id} of the same job replaced this run (cover_early)"),
         ),
-        Some(Cause::Operator(by)) => Verdict::new(RunStatus::Cancelled, format!("cancelled by {by}")),
+        Some(Cause::Operator(by)) => {
+            Verdict::new(RunStatus::Cancelled, format!("cancelled by {by}"))
+        }
         None => Verdict::new(RunStatus::Cancelled, "cancelled"),
     }
 }

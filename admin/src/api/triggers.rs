@@ -65,7 +65,25 @@ pub struct Run {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub waiting: Option<String>,
+    /// The runs this one caused: its retry, the runs of its children (one run only; not in
+    /// lists; at most 1,000).
+    #[sqlx(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub follow_ups: Option<Vec<FollowUp>>,
     pub created_at: DateTime<Utc>,
+}
+
+/// A run another one caused.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct FollowUp {
+    pub id: i64,
+    pub job_id: i64,
+    /// `retry` or `child`.
+    #[schema(value_type = TriggerKind)]
+    pub kind: String,
+    #[schema(value_type = RunStatus)]
+    pub status: String,
 }
 
 impl Run {
@@ -171,7 +189,7 @@ pub async fn list(
     }))
 }
 
-/// One run, with its log.
+/// One run, with its log and the runs it caused (retry, children).
 #[utoipa::path(get, path = "/triggers/{id}", tag = "runs", params(Id),
     responses(
         (status = 200, description = "The run.", body = Run),
@@ -190,6 +208,12 @@ pub async fn get(
     let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
     p.require(Access::Read, &run.job_type)?;
     run.note_waiting(&state.registry, Utc::now());
+    run.follow_ups = Some(
+        sqlx::query_as(sql!("triggers/follow_ups"))
+            .bind(id)
+            .fetch_all(&state.pool)
+            .await?,
+    );
     Ok(Json(run))
 }
 
@@ -244,8 +268,8 @@ pub async fn cancel(
             StatusCode::OK
         }
         Ok(RunStatus::Published | RunStatus::Running) => {
-            let partition = partition
-                .ok_or_else(|| refuse("it has no partition recorded".to_owned()))?;
+            let partition =
+                partition.ok_or_else(|| refuse("it has no partition recorded".to_owned()))?;
             let record = cadenza_schemas::TriggerRecord::Cancel(cadenza_schemas::CancelMessage {
                 trigger_id: cadenza_schemas::TriggerId(id),
                 job_id: cadenza_schemas::JobId(job_id),

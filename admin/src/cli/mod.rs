@@ -197,6 +197,9 @@ enum RunsCmd {
     },
     /// Show one run with its log.
     Show { id: i64 },
+    /// Cancel a run: not yet published, it never runs; published or running, the worker that
+    /// holds it stops it and reports it cancelled.
+    Cancel { id: i64 },
     /// Follow a run's log until it ends.
     Tail {
         id: i64,
@@ -682,6 +685,23 @@ async fn runs(client: &Client, out: &Output, cmd: RunsCmd) -> Result<(), CliErro
             out.table(&v, &v["triggers"], &RUN_COLUMNS)?;
         }
         RunsCmd::Show { id } => out.record(&client.get(&format!("/api/triggers/{id}")).await?)?,
+        RunsCmd::Cancel { id } => {
+            let run = client
+                .post(&format!("/api/triggers/{id}/cancel"), None)
+                .await?;
+            if !out.json {
+                let now = run["status"].as_str().unwrap_or_default();
+                note(format_args!(
+                    "[run {id} {}]",
+                    if now == "cancelled" {
+                        "cancelled"
+                    } else {
+                        "cancel sent to its worker; `cadenza runs tail` shows when it stops"
+                    }
+                ));
+            }
+            out.record(&run)?;
+        }
         RunsCmd::Tail { id, every_ms } => tail(client, out, id, every_ms).await?,
     }
     Ok(())
