@@ -979,6 +979,14 @@ async fn outbound_requests_to_loopback_are_refused_unless_allowed() {
     assert!(!log.contains("s3cret"), "{log}");
 }
 
+/// Waits until run `id` is `cancelled` by someone; returns it.
+async fn wait_cancelled(api: &ApiClient, id: i64) -> Value {
+    let run = api.wait_run_status(id, "cancelled", WAIT).await.unwrap();
+    let message = run["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("cancelled by "), "{run}");
+    run
+}
+
 /// An operator cancels runs: one waiting behind another on the worker (never starts), one
 /// running (its handler stops), one not yet published (never sent); an ended run is refused. A
 /// cancelled run is not retried, and the daily report counts it.
@@ -1015,17 +1023,7 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
             .starts_with("cancel requested by "),
         "{body}"
     );
-    let run = api
-        .wait_run_status(waiting, "cancelled", WAIT)
-        .await
-        .unwrap();
-    assert!(
-        run["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("cancelled by "),
-        "{run}"
-    );
+    let run = wait_cancelled(api, waiting).await;
     assert_eq!(
         run["started_at"],
         Value::Null,
@@ -1043,17 +1041,7 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
     let asked = std::time::Instant::now();
     let (status, body) = cancel(running).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let run = api
-        .wait_run_status(running, "cancelled", WAIT)
-        .await
-        .unwrap();
-    assert!(
-        run["message"]
-            .as_str()
-            .unwrap()
-            .starts_with("cancelled by "),
-        "{run}"
-    );
+    wait_cancelled(api, running).await;
     assert!(
         asked.elapsed() < Duration::from_secs(10),
         "a 60 s run stopped {:?} after the cancel",
