@@ -23,6 +23,9 @@ TANSU_BIN="${CADENZA_TANSU_BIN:-$CADENZA_HOME/bin/tansu}"
 # schemathesis, for the API contract test; the test finds it here too.
 SCHEMATHESIS_VERSION="4.32.5"
 SCHEMATHESIS_BIN="$CADENZA_HOME/schemathesis/bin/schemathesis"
+# prometheus-client (PyPI): its OpenMetrics parser reads the metrics in the metrics test.
+PROMPARSE_VERSION="0.26.0"
+PROMPARSE_PYTHON="$CADENZA_HOME/promparse/bin/python"
 # playwright-core (npm), which drives Debian's chromium in the console's browser test.
 PLAYWRIGHT_VERSION="1.65.1"
 E2E_DIR="$CADENZA_HOME/e2e"

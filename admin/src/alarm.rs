@@ -288,6 +288,17 @@ impl AlarmSender {
             "email" => self.mail(a).await,
             other => Err(format!("unknown alarm channel {other:?}")),
         };
+        let channel = match a.channel.as_str() {
+            "webhook" | "email" => a.channel.clone(),
+            _ => "other".to_owned(),
+        };
+        crate::metrics::metrics()
+            .alarms
+            .get_or_create(&crate::metrics::AlarmLabels {
+                channel,
+                outcome: if outcome.is_ok() { "sent" } else { "failed" }.to_owned(),
+            })
+            .inc();
         // A webhook URL often carries a token: the log shows its host only.
         let target = match a.channel.as_str() {
             "webhook" => net_policy::url_host(&a.target),

@@ -28,6 +28,7 @@ pub mod guard;
 pub mod ingest;
 pub mod jobs;
 pub mod kafka;
+pub mod metrics;
 pub mod outcome;
 pub mod replay;
 pub mod retention;

@@ -14,11 +14,31 @@ use sqlx::PgConnection;
 use crate::route::registry::Registry;
 
 /// What one call set off.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FollowUp {
     pub retries: usize,
     pub children: usize,
     pub alarms: u64,
+    /// The runs that ended, to count in the metrics once the transaction commits.
+    pub ended: Ended,
+}
+
+/// Runs that ended in a transaction, per job type and status.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[must_use = "record() them once the transaction has committed"]
+pub struct Ended(Vec<(String, String, i64)>);
+
+impl Ended {
+    /// Counts them in `cadenza_runs_ended_total`. Call after the commit, so that a transaction
+    /// that is rolled back and retried counts once.
+    pub fn record(self) {
+        let m = crate::metrics::metrics();
+        for (job_type, status, n) in self.0 {
+            m.runs_ended
+                .get_or_create(&crate::metrics::EndedLabels { job_type, status })
+                .inc_by(u64::try_from(n).unwrap_or(0));
+        }
+    }
 }
 
 /// Runs to insert other than from a schedule (see `queries/triggers/insert_runs.sql`).
@@ -76,35 +96,36 @@ impl NewRuns {
 
 /// Counts the runs `ids`, which just ended in this transaction, in the daily report (by job and
 /// by job type).
-pub async fn count_in_report(conn: &mut PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
-    if !ids.is_empty() {
-        sqlx::query(sql!("report/count_ended"))
-            .bind(ids)
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query(sql!("report/count_ended_by_type"))
-            .bind(ids)
-            .execute(conn)
-            .await?;
+pub async fn count_in_report(conn: &mut PgConnection, ids: &[i64]) -> Result<Ended, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Ended::default());
     }
-    Ok(())
+    sqlx::query(sql!("report/count_ended"))
+        .bind(ids)
+        .execute(&mut *conn)
+        .await?;
+    let ended = sqlx::query_as(sql!("report/count_ended_by_type"))
+        .bind(ids)
+        .fetch_all(conn)
+        .await?;
+    Ok(Ended(ended))
 }
 
 /// Follows up runs just recorded `misfired` (in this transaction): counted in the daily report,
 /// and a `fix_delay` job whose run misfired fires again its delay after now, as if the run had
 /// ended now (it has no other run to wait for). Call it after the jobs' own `next_fire_at` was
 /// written.
-pub async fn after_misfire(conn: &mut PgConnection, ids: &[i64]) -> Result<(), sqlx::Error> {
+pub async fn after_misfire(conn: &mut PgConnection, ids: &[i64]) -> Result<Ended, sqlx::Error> {
     if ids.is_empty() {
-        return Ok(());
+        return Ok(Ended::default());
     }
-    count_in_report(&mut *conn, ids).await?;
+    let ended = count_in_report(&mut *conn, ids).await?;
     sqlx::query(sql!("ingest/fix_delay_next"))
         .bind(ids)
         .bind(Vec::<i64>::new())
         .execute(&mut *conn)
         .await?;
-    Ok(())
+    Ok(ended)
 }
 
 /// Whether a terminal status is a failure: retried and alarmed.
@@ -126,7 +147,7 @@ pub async fn after_terminal(
         return Ok(FollowUp::default());
     }
     let ids: Vec<i64> = ended.iter().map(|(id, _)| *id).collect();
-    count_in_report(&mut *conn, &ids).await?;
+    let counted = count_in_report(&mut *conn, &ids).await?;
     let failed: Vec<i64> = ended
         .iter()
         .filter(|(_, s)| is_failure(*s))
@@ -137,7 +158,10 @@ pub async fn after_terminal(
         .filter(|(_, s)| *s == RunStatus::Succeeded)
         .map(|(id, _)| *id)
         .collect();
-    let mut out = FollowUp::default();
+    let mut out = FollowUp {
+        ended: counted,
+        ..FollowUp::default()
+    };
     let mut retried_parents: Vec<i64> = Vec::new();
     if !failed.is_empty() {
         let retried: Vec<(i64, i64, bool)> = sqlx::query_as(sql!("ingest/retry_failed"))
@@ -160,7 +184,7 @@ pub async fn after_terminal(
     if !succeeded.is_empty() {
         out.children = fire_children(conn, registry, &succeeded).await?;
     }
-    if out != FollowUp::default() {
+    if out.retries + out.children > 0 || out.alarms > 0 {
         tracing::debug!(?out, "follow-up of finished runs");
     }
     Ok(out)

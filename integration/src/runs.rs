@@ -121,6 +121,22 @@ impl ApiClient {
         .await
     }
 
+    /// The value of one sample of the admin's `/metrics`, written as it appears there
+    /// (`cadenza_dlq_records_total`, `cadenza_alarms_total{channel="webhook",outcome="sent"}`);
+    /// 0 when absent. (integration/tests/metrics.rs reads the whole exposition with a real
+    /// parser; this is for single values.)
+    pub async fn metric(&self, sample: &str) -> Result<f64> {
+        let (code, text) = self.get_text("/metrics").await?;
+        if code != StatusCode::OK {
+            bail!("GET /metrics answered {code}");
+        }
+        Ok(text
+            .lines()
+            .filter_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .find_map(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0))
+    }
+
     /// Runs of `job` with `status` in the daily report (`GET /api/report`, its default window),
     /// summed over the days.
     pub async fn reported_runs(&self, job: i64, status: &str) -> Result<i64> {

@@ -482,6 +482,12 @@ async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_
         .map(|a| a["status"].as_str().unwrap())
         .collect();
     assert_eq!(statuses, ["sent", "sent"], "{alarms:#?}");
+    assert_eq!(
+        api.metric(r#"cadenza_alarms_total{channel="webhook",outcome="sent"}"#)
+            .await
+            .unwrap(),
+        2.0
+    );
     let (_, none) = api
         .get_json(&format!("/api/alarms?job_id={fine}"))
         .await

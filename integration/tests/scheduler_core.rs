@@ -741,6 +741,16 @@ async fn a_new_holder_reads_back_what_the_dead_one_sent() {
         (1, 1),
         "each run on the topic once"
     );
+    // The new holder's metrics count what its read-back resolved.
+    let found = api
+        .metric(r#"cadenza_read_back_runs_total{outcome="found"}"#)
+        .await
+        .unwrap();
+    let resent = api
+        .metric(r#"cadenza_read_back_runs_total{outcome="resent"}"#)
+        .await
+        .unwrap();
+    assert_eq!((found, resent), (1.0, 1.0));
     assert!(
         records
             .iter()

@@ -632,4 +632,5 @@ async fn result_ingest_is_idempotent_and_refuses_garbage() {
         d["reason"].as_str().unwrap().contains("not a result event"),
         "{d}"
     );
+    assert_eq!(api.metric("cadenza_dlq_records_total").await.unwrap(), 1.0);
 }

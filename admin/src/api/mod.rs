@@ -313,9 +313,9 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     doc::build(routes(), probes())
 }
 
-/// The probes outside `/api`, open to anyone.
+/// The probes and the metrics, outside `/api`, open to anyone.
 fn probes() -> Vec<Route> {
-    vec![routes!(healthz), routes!(readyz)]
+    vec![routes!(healthz), routes!(readyz), routes!(metrics_text)]
 }
 
 /// [`openapi`] as served and committed: pretty JSON with a final newline.
@@ -335,10 +335,45 @@ fn mount(routes: impl IntoIterator<Item = Route>) -> Router<Arc<AppState>> {
         })
 }
 
+/// Counts the request in `cadenza_api_requests_total` by method, route template and status.
+async fn count_request(req: Request, next: Next) -> Response {
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "other".to_owned(), |p| p.as_str().to_owned());
+    let resp = next.run(req).await;
+    crate::metrics::metrics()
+        .api_requests
+        .get_or_create(&crate::metrics::ApiLabels {
+            method,
+            route,
+            status: resp.status().as_u16(),
+        })
+        .inc();
+    resp
+}
+
+/// The admin's Prometheus metrics, in the OpenMetrics text format (open, like the probes).
+#[utoipa::path(get, path = "/metrics", tag = "meta",
+    responses((status = 200, description = "The metrics (`cadenza_…`).", body = String,
+        content_type = "application/openmetrics-text")))]
+async fn metrics_text() -> Response {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        crate::metrics::metrics().encode(),
+    )
+        .into_response()
+}
+
 pub fn router(state: Arc<AppState>) -> Router {
     let api = mount(routes().into_iter().map(|(_, route)| route))
         .fallback(fallback)
         .route_layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .route_layer(middleware::from_fn(count_request))
         // Outside authentication: every answer goes to a client that has sent its whole body.
         .layer(middleware::from_fn(input::limit_body));
     mount(probes())

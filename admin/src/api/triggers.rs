@@ -256,6 +256,7 @@ pub async fn cancel(
             format!("run {id} cannot be cancelled: {why}"),
         )
     };
+    let mut counted = crate::outcome::Ended::default();
     let answer = match status.parse::<RunStatus>() {
         Ok(RunStatus::Scheduled) => {
             sqlx::query(sql!("triggers/cancel_unpublished"))
@@ -263,8 +264,13 @@ pub async fn cancel(
                 .bind(&by)
                 .execute(&mut *tx)
                 .await?;
-            crate::outcome::after_terminal(&mut tx, &state.registry, &[(id, RunStatus::Cancelled)])
-                .await?;
+            counted = crate::outcome::after_terminal(
+                &mut tx,
+                &state.registry,
+                &[(id, RunStatus::Cancelled)],
+            )
+            .await?
+            .ended;
             StatusCode::OK
         }
         Ok(RunStatus::Published | RunStatus::Running) => {
@@ -327,6 +333,7 @@ pub async fn cancel(
     )
     .await?;
     tx.commit().await?;
+    counted.record();
     tracing::info!(trigger_id = id, %by, status = %answer, "run cancel requested");
     let run: Option<Run> = sqlx::query_as(sql!("triggers/get"))
         .bind(id)

@@ -78,8 +78,13 @@ pub(crate) async fn to_dlq(
     let topic = kafka.topics().dlq();
     let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).payload(&payload);
     kafka.renew_producer_if_fatal();
-    if let Err((e, _)) = kafka.producer().send(record, Duration::from_secs(5)).await {
-        kafka.note_send_error(&e);
-        tracing::error!(error = %e, "could not write to the DLQ");
+    match kafka.producer().send(record, Duration::from_secs(5)).await {
+        Ok(_) => {
+            crate::metrics::metrics().dlq_records.inc();
+        }
+        Err((e, _)) => {
+            kafka.note_send_error(&e);
+            tracing::error!(error = %e, "could not write to the DLQ");
+        }
     }
 }

@@ -140,6 +140,7 @@ pub async fn apply(
             .await?;
     }
     let mut changed = 0;
+    let mut counted = crate::outcome::Ended::default();
     if !finished.is_empty() {
         let rows: Vec<(i64, String)> = sqlx::query_as(sql!("ingest/run_finished"))
             .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
@@ -196,9 +197,22 @@ pub async fn apply(
             .into_iter()
             .filter_map(|(id, status)| status.parse().ok().map(|s| (id, s)))
             .collect();
-        crate::outcome::after_terminal(&mut tx, registry, &ended).await?;
+        counted = crate::outcome::after_terminal(&mut tx, registry, &ended)
+            .await?
+            .ended;
     }
     tx.commit().await?;
+    counted.record();
+    let m = crate::metrics::metrics();
+    let now = chrono::Utc::now();
+    for at in started
+        .iter()
+        .map(|s| s.started_at)
+        .chain(finished.iter().map(|f| f.finished_at))
+    {
+        m.ingest_lag
+            .observe((now - at).num_milliseconds().max(0) as f64 / 1000.0);
+    }
     Ok(changed)
 }
 

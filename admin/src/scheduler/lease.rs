@@ -179,6 +179,10 @@ impl LeaseManager {
                 });
             }
         }
+        let m = crate::metrics::metrics();
+        m.shards_held.set(now_held.len() as i64);
+        m.lease_acquired.inc_by(acquired.len() as u64);
+        m.lease_lost.inc_by(lost.len() as u64);
         let valid_until = sent + cfg.lease_ttl().saturating_sub(cfg.lease_margin());
         ctx.leases.write(|v| {
             v.held = now_held;
@@ -230,6 +234,9 @@ impl LeaseManager {
                             tracing::warn!(shards = held.len(), "leases ran out: not scheduling");
                             self.ctx.wheel.drop_shards(&held);
                             self.ctx.leases.write(|v| v.held.clear());
+                            let m = crate::metrics::metrics();
+                            m.shards_held.set(0);
+                            m.lease_lost.inc_by(held.len() as u64);
                         }
                     }
                 }
@@ -312,6 +319,7 @@ impl LeaseManager {
             v.held.clear();
             v.valid_until = None;
         });
+        crate::metrics::metrics().shards_held.set(0);
         if !shards.is_empty() {
             match sqlx::query(sql!("lease/release"))
                 .bind(&self.ctx.admin_id)

@@ -47,14 +47,17 @@ impl LostSweeper {
             .bind(dead_ms as f64)
             .fetch_all(&mut *tx)
             .await?;
+        let mut counted = crate::outcome::Ended::default();
         if !lost.is_empty() {
             let ended: Vec<(i64, RunStatus)> =
                 lost.iter().map(|id| (*id, RunStatus::Lost)).collect();
             let follow =
                 crate::outcome::after_terminal(&mut tx, &self.ctx.registry, &ended).await?;
             tracing::warn!(runs = ?lost, retries = follow.retries, "runs of dead workers recorded lost");
+            counted = follow.ended;
         }
         tx.commit().await?;
+        counted.record();
         Ok(lost)
     }
 

@@ -11,7 +11,7 @@
 //! a trigger due while a batch waits for its acknowledgements is not delayed by it.
 use std::sync::Arc;
 
-use cadenza_schemas::{TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
+use cadenza_schemas::{JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
 use chrono::Utc;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{PendingTrigger, SchedulerContext};
 use crate::guard;
+use crate::metrics::{metrics, JobTypeLabel};
 use crate::route::Router;
 
 /// Most triggers in one publication batch.
@@ -28,7 +29,7 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
 
 /// A batch handed to the producer, waiting for its acknowledgements.
 pub struct InFlight {
-    sends: Vec<(i64, chrono::DateTime<Utc>, DeliveryFuture)>,
+    sends: Vec<(i64, chrono::DateTime<Utc>, JobType, DeliveryFuture)>,
     sent_at: chrono::DateTime<Utc>,
     outcome: PublishOutcome,
 }
@@ -236,7 +237,7 @@ impl Publisher {
                 .payload(&payload)
                 .headers(headers);
             match producer.send_result(record) {
-                Ok(delivery) => sends.push((t.id.0, t.fire_time, delivery)),
+                Ok(delivery) => sends.push((t.id.0, t.fire_time, t.job_type.clone(), delivery)),
                 Err((e, _)) => {
                     tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
                     unsent += 1;
@@ -266,13 +267,15 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
     } = batch;
     let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
     let mut lateness = Vec::with_capacity(sends.len());
-    for (id, fire_time, delivery) in sends {
+    let mut types = Vec::with_capacity(sends.len());
+    for (id, fire_time, job_type, delivery) in sends {
         match delivery.await {
             Ok(Ok(d)) => {
                 ok_id.push(id);
                 ok_part.push(d.partition);
                 ok_off.push(d.offset);
                 lateness.push((sent_at - fire_time).num_milliseconds());
+                types.push(job_type);
             }
             Ok(Err((e, _))) => {
                 ctx.kafka.note_send_error(&e);
@@ -298,5 +301,14 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
     );
     ctx.lateness
         .record(ctx.clock.now().timestamp(), lateness.iter().copied());
+    let m = metrics();
+    for (ms, job_type) in lateness.iter().zip(&types) {
+        m.fire_lateness.observe(*ms as f64 / 1000.0);
+        m.published
+            .get_or_create(&JobTypeLabel {
+                job_type: job_type.as_str().to_owned(),
+            })
+            .inc();
+    }
     Ok(outcome)
 }

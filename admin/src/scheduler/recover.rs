@@ -38,8 +38,9 @@ async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> anyhow::Resul
         .bind(shards)
         .fetch_all(&mut *tx)
         .await?;
-    crate::outcome::after_misfire(&mut tx, &misfired).await?;
+    let ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
     tx.commit().await?;
+    ended.record();
     if !misfired.is_empty() {
         tracing::warn!(count = misfired.len(), "overdue runs recorded as misfired");
     }
@@ -149,6 +150,12 @@ pub async fn resolve_publishing(
     for ((job_type, partition), group) in groups {
         match read_back_partition(ctx, &job_type, partition, &group, shard_ids[0] as u32).await {
             Ok(offsets) => {
+                crate::metrics::metrics()
+                    .read_backs
+                    .get_or_create(&crate::metrics::OutcomeLabel {
+                        outcome: "done".to_owned(),
+                    })
+                    .inc();
                 for r in group {
                     match offsets.get(&r.id).copied() {
                         Some(offset) => found.push((r, partition, offset)),
@@ -201,6 +208,19 @@ pub async fn resolve_publishing(
         failed_partitions = out.failed_partitions,
         "runs left publishing resolved"
     );
+    let m = crate::metrics::metrics();
+    let label = |outcome: &str| crate::metrics::OutcomeLabel {
+        outcome: outcome.to_owned(),
+    };
+    m.read_backs
+        .get_or_create(&label("failed"))
+        .inc_by(out.failed_partitions as u64);
+    m.read_back_runs
+        .get_or_create(&label("found"))
+        .inc_by(out.published as u64);
+    m.read_back_runs
+        .get_or_create(&label("resent"))
+        .inc_by(out.resend as u64);
     Ok(out)
 }
 

@@ -273,8 +273,9 @@ impl Scanner {
             .bind(&a_enabled)
             .execute(&mut *tx)
             .await?;
-        crate::outcome::after_misfire(&mut tx, &misfired).await?;
+        let ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
         tx.commit().await?;
+        ended.record();
         let written = inserted.len();
         self.ctx.wheel.insert(rows_to_pending(inserted));
         Ok(ScanOutcome {
@@ -296,6 +297,9 @@ impl Scanner {
                         tracing::info!("scan works again");
                     }
                     if o.jobs > 0 {
+                        let m = crate::metrics::metrics();
+                        m.scan_duration.observe(o.elapsed.as_secs_f64());
+                        m.scan_jobs.observe(o.jobs as f64);
                         tracing::debug!(
                             jobs = o.jobs,
                             triggers = o.triggers,

@@ -1,0 +1,198 @@
+//! The admin's Prometheus metrics, served at `GET /metrics` in the OpenMetrics text format
+//! (prometheus-client). One set per process ([`metrics`]): the scheduler, ingest, alarms and the
+//! API record into it where things happen.
+//!
+//! Names follow Prometheus conventions: `cadenza_` prefix, base units (`_seconds`), counters
+//! end in `_total` (added by the encoder). Labels are bounded sets: job type, status, outcome,
+//! route template, never a run or job id.
+
+use std::sync::LazyLock;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobTypeLabel {
+    pub job_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndedLabels {
+    pub job_type: String,
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AlarmLabels {
+    /// `webhook` or `email`.
+    pub channel: String,
+    /// `sent` or `failed`.
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub method: String,
+    /// The route template (`/api/jobs/{id}`), or `other` for paths no route matched.
+    pub route: String,
+    pub status: u16,
+}
+
+/// Lateness and lag: 1 ms to about 9 minutes, doubling.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.001, 2.0, 20)
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
+/// Everything the admin measures.
+pub struct AdminMetrics {
+    registry: Registry,
+    /// Triggers published (acknowledged by the broker), per job type.
+    pub published: Family<JobTypeLabel, Counter>,
+    /// Publish time − fire time of each published trigger.
+    pub fire_lateness: Histogram,
+    /// Duration of one scan batch (claim due jobs, write their runs).
+    pub scan_duration: Histogram,
+    /// Jobs claimed per scan batch.
+    pub scan_jobs: Histogram,
+    /// Shards this admin holds now.
+    pub shards_held: Gauge,
+    /// Shard leases taken (a free or expired shard).
+    pub lease_acquired: Counter,
+    /// Shard leases lost to another admin or to expiry.
+    pub lease_lost: Counter,
+    /// Runs that reached a terminal status, per job type and status.
+    pub runs_ended: Family<EndedLabels, Counter>,
+    /// Now − the worker's event time of each result ingested.
+    pub ingest_lag: Histogram,
+    /// Alarm deliveries, per channel and outcome.
+    pub alarms: Family<AlarmLabels, Counter>,
+    /// Records this admin sent to the dead-letter topic.
+    pub dlq_records: Counter,
+    /// Partitions read back after taking shards over, per outcome (`done`, `failed`).
+    pub read_backs: Family<OutcomeLabel, Counter>,
+    /// Runs left `publishing` that a read-back resolved, per outcome (`found`: it had landed;
+    /// `resent`: it had not).
+    pub read_back_runs: Family<OutcomeLabel, Counter>,
+    /// API requests, per method, route and status.
+    pub api_requests: Family<ApiLabels, Counter>,
+}
+
+impl AdminMetrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("cadenza");
+        let m = AdminMetrics {
+            registry: Registry::default(),
+            published: Family::default(),
+            fire_lateness: latency_histogram(),
+            scan_duration: latency_histogram(),
+            scan_jobs: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
+            shards_held: Gauge::default(),
+            lease_acquired: Counter::default(),
+            lease_lost: Counter::default(),
+            runs_ended: Family::default(),
+            ingest_lag: latency_histogram(),
+            alarms: Family::default(),
+            dlq_records: Counter::default(),
+            read_backs: Family::default(),
+            read_back_runs: Family::default(),
+            api_requests: Family::default(),
+        };
+        registry.register(
+            "triggers_published",
+            "Triggers published to their topic (acknowledged by the broker)",
+            m.published.clone(),
+        );
+        registry.register_with_unit(
+            "fire_lateness",
+            "Publish time minus fire time of each published trigger",
+            Unit::Seconds,
+            m.fire_lateness.clone(),
+        );
+        registry.register_with_unit(
+            "scan_duration",
+            "Duration of one scan batch: claiming due jobs and writing their runs",
+            Unit::Seconds,
+            m.scan_duration.clone(),
+        );
+        registry.register(
+            "scan_jobs",
+            "Jobs claimed per scan batch",
+            m.scan_jobs.clone(),
+        );
+        registry.register(
+            "shards_held",
+            "Shards this admin holds",
+            m.shards_held.clone(),
+        );
+        registry.register(
+            "lease_acquisitions",
+            "Shard leases taken by this admin",
+            m.lease_acquired.clone(),
+        );
+        registry.register(
+            "lease_losses",
+            "Shard leases this admin lost (taken by another admin, or expired)",
+            m.lease_lost.clone(),
+        );
+        registry.register(
+            "runs_ended",
+            "Runs that reached a terminal status",
+            m.runs_ended.clone(),
+        );
+        registry.register_with_unit(
+            "result_ingest_lag",
+            "Time from a worker's result event to its ingestion",
+            Unit::Seconds,
+            m.ingest_lag.clone(),
+        );
+        registry.register("alarms", "Alarm deliveries", m.alarms.clone());
+        registry.register(
+            "dlq_records",
+            "Records sent to the dead-letter topic by this admin",
+            m.dlq_records.clone(),
+        );
+        registry.register(
+            "read_backs",
+            "Partitions read back after a takeover",
+            m.read_backs.clone(),
+        );
+        registry.register(
+            "read_back_runs",
+            "Runs left publishing that a read-back resolved",
+            m.read_back_runs.clone(),
+        );
+        registry.register("api_requests", "HTTP API requests", m.api_requests.clone());
+        AdminMetrics { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::error!(error = %e, "encoding the metrics failed");
+        }
+        out
+    }
+}
+
+/// The admin's metrics (one set per process).
+pub fn metrics() -> &'static AdminMetrics {
+    static METRICS: LazyLock<AdminMetrics> = LazyLock::new(AdminMetrics::new);
+    &METRICS
+}
+
+/// The content type of [`AdminMetrics::encode`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
