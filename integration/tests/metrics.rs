@@ -1,8 +1,11 @@
-//! The admin's `/metrics` with real traffic: the exposition parses with the Prometheus project's
-//! own OpenMetrics parser (prometheus-client from PyPI, installed by `scripts/install-deps`), and
-//! its values match what happened: triggers published equal the runs the database records as
-//! published, ended runs per job type and status equal the runs' statuses, a failed run counts
-//! as failed, every shard is held, the API requests are counted by route template.
+//! The admin's and two workers' `/metrics` with real traffic: each exposition parses with the
+//! Prometheus project's own OpenMetrics parser (prometheus-client from PyPI, installed by
+//! `scripts/install-deps`), and its values match what happened. Admin: triggers published equal
+//! the runs the database records as published, ended runs per job type and status equal the
+//! runs' statuses, a failed run counts as failed, every shard is held, the API requests are
+//! counted by route template. Workers: consumer lag rises while runs queue behind a serial job
+//! and drops to 0 once they finish; runs started and finished by status add up to the runs the
+//! database records; handler durations are observed once per run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
@@ -11,7 +14,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use cadenza_integration::{cadenza_home, wait_for, Cluster, StatusCode};
+use cadenza_integration::{cadenza_home, free_port, wait_for, Cluster, StatusCode};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -68,6 +71,46 @@ fn parse(text: &str) -> Samples {
         .collect()
 }
 
+/// The sum of the samples named `name` whose labels include `labels`.
+fn sum(s: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
+    s.iter()
+        .filter(|((n, l), _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// A worker's `/metrics`, parsed.
+async fn scrape(addr: &str) -> Samples {
+    let resp = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("application/openmetrics-text"));
+    parse(&resp.text().await.unwrap())
+}
+
+/// Both workers' samples, in one map (their `group` label is the same, so the worker's address
+/// is added as `instance`, as Prometheus would).
+async fn scrape_all(addrs: &[String]) -> Samples {
+    let mut all = Samples::new();
+    for addr in addrs {
+        for ((name, mut labels), v) in scrape(addr).await {
+            labels.push(("instance".to_owned(), addr.clone()));
+            labels.sort();
+            all.insert((name, labels), v);
+        }
+    }
+    all
+}
+
 fn get(s: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
     let mut key: Vec<(String, String)> = labels
         .iter()
@@ -81,11 +124,70 @@ fn get(s: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
 async fn admin_metrics_parse_and_match_what_happened() {
     let cluster = Cluster::start().await.unwrap();
     let admin = cluster.spawn_admin(&[]).await.unwrap();
-    let _worker = cluster
-        .spawn_worker("m.ok=noop,m.fail=fail", "m", &[])
+    let serve = "m.ok=noop,m.fail=fail,m.slow=sleep";
+    let addrs: Vec<String> = (0..2)
+        .map(|_| format!("127.0.0.1:{}", free_port().unwrap()))
+        .collect();
+    let mut workers = Vec::new();
+    for addr in &addrs {
+        let env = [("CADENZA_METRICS_LISTEN", addr.as_str())];
+        workers.push(cluster.spawn_worker(serve, "m", &env).await.unwrap());
+    }
+    let api = admin.api();
+    let ids: Vec<String> = workers.iter().map(|w| w.id().to_owned()).collect();
+    let topics = cluster.topics();
+    let slow_topic = topics.trigger(&cadenza_schemas::JobType::parse("m.slow").unwrap());
+    api.wait_assignment(&slow_topic, &ids, 6, WAIT)
         .await
         .unwrap();
-    let api = admin.api();
+
+    // Lag: five 1.5 s runs of one serial job wait on one partition, then drain.
+    let slow = api
+        .create_job(
+            &json!({"name": "slow", "job_type": "m.slow", "params": "1500",
+            "block": "serial_execution", "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let mut slow_runs = Vec::new();
+    for _ in 0..5 {
+        slow_runs.push(api.trigger_now(slow).await.unwrap());
+    }
+    let lagging = wait_for(WAIT, "consumer lag on the slow job's partition", || {
+        let addrs = addrs.clone();
+        let topic = slow_topic.clone();
+        async move {
+            let s = scrape_all(&addrs).await;
+            let lag = sum(&s, "cadenza_worker_consumer_lag", &[("topic", &topic)]);
+            let waiting = sum(&s, "cadenza_worker_runs_waiting", &[("job_type", "m.slow")]);
+            Ok((lag >= 2.0 && waiting >= 1.0).then_some(lag))
+        }
+    })
+    .await
+    .unwrap();
+    println!("lag on {slow_topic} while the runs queue: {lagging}");
+    for id in &slow_runs {
+        api.wait_run_status(*id, "succeeded", WAIT).await.unwrap();
+    }
+    wait_for(WAIT, "consumer lag back to 0", || {
+        let addrs = addrs.clone();
+        let topic = slow_topic.clone();
+        async move {
+            let s = scrape_all(&addrs).await;
+            let series = s
+                .keys()
+                .filter(|(n, l)| {
+                    n == "cadenza_worker_consumer_lag"
+                        && l.iter().any(|(k, v)| k == "topic" && *v == topic)
+                })
+                .count();
+            let lag = sum(&s, "cadenza_worker_consumer_lag", &[("topic", &topic)]);
+            // Every partition of the topic is reported by the worker that holds it.
+            Ok((series == 6 && lag == 0.0).then_some(()))
+        }
+    })
+    .await
+    .unwrap();
     let ok = api
         .create_job(&json!({"name": "often", "job_type": "m.ok",
             "schedule": {"kind": "fix_rate", "every_ms": 200}}))
@@ -193,12 +295,13 @@ async fn admin_metrics_parse_and_match_what_happened() {
     );
     // One lateness observation per published trigger, all on time on an idle machine.
     let lateness_count = get(&s, "cadenza_fire_lateness_seconds_count", &[]);
-    assert_eq!(lateness_count, (published + 1) as f64);
+    // The often job's runs, the failed one, the five slow ones.
+    assert_eq!(lateness_count, (published + 1 + 5) as f64);
     assert!(get(&s, "cadenza_fire_lateness_seconds_sum", &[]) / lateness_count < 1.0);
     assert_eq!(get(&s, "cadenza_shards_held", &[]), 64.0);
     assert!(get(&s, "cadenza_lease_acquisitions_total", &[]) >= 64.0);
     assert_eq!(get(&s, "cadenza_lease_losses_total", &[]), 0.0);
-    assert!(get(&s, "cadenza_result_ingest_lag_seconds_count", &[]) >= (published + 1) as f64);
+    assert!(get(&s, "cadenza_result_ingest_lag_seconds_count", &[]) >= (published + 1 + 5) as f64);
     assert!(get(&s, "cadenza_scan_duration_seconds_count", &[]) >= 1.0);
     assert_eq!(
         get(
@@ -210,7 +313,7 @@ async fn admin_metrics_parse_and_match_what_happened() {
                 ("status", "201")
             ]
         ),
-        2.0
+        3.0
     );
     assert_eq!(
         get(
@@ -224,6 +327,105 @@ async fn admin_metrics_parse_and_match_what_happened() {
         ),
         1.0
     );
+
+    // The workers: once everything ended, no partition lags (statistics refresh every 2 s)…
+    let w = wait_for(WAIT, "no consumer lag on any partition", || {
+        let addrs = addrs.clone();
+        async move {
+            let w = scrape_all(&addrs).await;
+            Ok((sum(&w, "cadenza_worker_consumer_lag", &[]) == 0.0).then_some(w))
+        }
+    })
+    .await
+    .unwrap();
+    // … and what they ran adds up to what the database recorded.
+    for ((job_type, status), n) in &by_status {
+        if !["succeeded", "failed"].contains(&status.as_str()) {
+            continue;
+        }
+        assert_eq!(
+            sum(
+                &w,
+                "cadenza_worker_runs_finished_total",
+                &[("group", "m"), ("job_type", job_type), ("status", status)]
+            ),
+            *n as f64,
+            "worker runs finished {job_type} {status}"
+        );
+    }
+    assert_eq!(
+        sum(
+            &w,
+            "cadenza_worker_runs_finished_total",
+            &[("job_type", "m.fail"), ("status", "failed")]
+        ),
+        1.0
+    );
+    for job_type in ["m.ok", "m.fail", "m.slow"] {
+        let ended: i64 = by_status
+            .iter()
+            .filter(|((t, st), _)| t == job_type && ["succeeded", "failed"].contains(&st.as_str()))
+            .map(|(_, n)| n)
+            .sum();
+        let started = sum(
+            &w,
+            "cadenza_worker_runs_started_total",
+            &[("job_type", job_type)],
+        );
+        assert_eq!(started, ended as f64, "{job_type} started");
+        assert_eq!(
+            sum(
+                &w,
+                "cadenza_worker_handler_duration_seconds_count",
+                &[("job_type", job_type)]
+            ),
+            started,
+            "{job_type} handler durations"
+        );
+    }
+    // Five 1.5 s sleeps.
+    let slept = sum(
+        &w,
+        "cadenza_worker_handler_duration_seconds_sum",
+        &[("job_type", "m.slow")],
+    );
+    assert!((7.5..15.0).contains(&slept), "slept {slept} s");
+    assert_eq!(sum(&w, "cadenza_worker_capacity_in_use", &[]), 0.0);
+    assert_eq!(sum(&w, "cadenza_worker_capacity", &[]), 32.0);
+    assert_eq!(sum(&w, "cadenza_worker_runs_waiting", &[]), 0.0);
+    assert!(sum(&w, "cadenza_worker_rebalances_total", &[("kind", "assign")]) >= 2.0);
+    assert!(
+        sum(
+            &w,
+            "cadenza_worker_commit_rounds_total",
+            &[("outcome", "ok")]
+        ) >= 1.0
+    );
+    assert_eq!(sum(&w, "cadenza_worker_dlq_records_total", &[]), 0.0);
+    for (name, labels) in w.keys() {
+        for (k, _) in labels {
+            assert!(
+                [
+                    "group",
+                    "instance",
+                    "job_type",
+                    "status",
+                    "topic",
+                    "partition",
+                    "kind",
+                    "outcome",
+                    "le"
+                ]
+                .contains(&k.as_str()),
+                "{name} has label {k}"
+            );
+        }
+    }
+    let health = reqwest::get(format!("http://{}/healthz", addrs[0]))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+
     // No run or job id is ever a label.
     for (name, labels) in s.keys() {
         for (k, _) in labels {

@@ -85,6 +85,9 @@ pub struct WorkerConfig {
     pub replication_factor: i32,
     /// Extra librdkafka properties applied to both clients after the defaults (e.g. SASL/TLS).
     pub kafka_overrides: KafkaOverrides,
+    /// Where to serve `GET /metrics` and `GET /healthz` (Prometheus text format). Default: off.
+    /// While on, librdkafka reports statistics every 2 s for the consumer lag gauges.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Extra librdkafka properties, in the order they are applied. Their values often are secrets
@@ -134,6 +137,7 @@ impl Default for WorkerConfig {
             trigger_partitions: DEFAULT_TRIGGER_PARTITIONS,
             replication_factor: 1,
             kafka_overrides: KafkaOverrides::default(),
+            metrics_listen: None,
         }
     }
 }
@@ -209,6 +213,13 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         // `range` is the assignor verified on the test broker; rebalances are eager, so the
         // consumer context rebuilds the assignment on every callback.
         .set("partition.assignment.strategy", "range");
+    if config.metrics_listen.is_some() {
+        // The lag gauges are read from these statistics (see `metrics`).
+        c.set(
+            "statistics.interval.ms",
+            crate::metrics::STATS_INTERVAL_MS.to_string(),
+        );
+    }
     apply_overrides(&mut c, config);
     c
 }

@@ -28,6 +28,7 @@ use crate::config::{consumer_client_config, progress_client_config, WorkerConfig
 use crate::dlq::{dlq_message, DlqProducer, Origin};
 use crate::handler::Handler;
 use crate::heartbeat::Assignment;
+use crate::metrics::WorkerMetrics;
 use crate::offsets::{supersedes, CommitItem, OffsetTracker, Prior, TopicPartition};
 use crate::producer::{produce, Producer, Record};
 use crate::run::{Delivery, RunEnv};
@@ -99,6 +100,7 @@ pub(crate) struct Progress {
     refusals: Throttle,
     /// Test hook, inert unless `CADENZA_TEST_STOP_BEFORE_POINTER` is set (see [`StopHook`]).
     stop_hook: Option<StopHook>,
+    metrics: Arc<WorkerMetrics>,
 }
 
 /// Test hook: freezes the worker process (SIGSTOP to itself) once, in the commit round that
@@ -143,6 +145,7 @@ impl Progress {
         offsets: Arc<Mutex<OffsetTracker>>,
         producer: Producer,
         signal: Arc<ProgressSignal>,
+        metrics: Arc<WorkerMetrics>,
     ) -> KafkaResult<Self> {
         Ok(Self {
             offsets,
@@ -156,6 +159,7 @@ impl Progress {
             signal,
             refusals: Throttle::new(Duration::from_secs(60)),
             stop_hook: StopHook::from_env(),
+            metrics,
         })
     }
 
@@ -302,7 +306,11 @@ impl Progress {
         let _serial = lock(&self.serial);
         let mut items = lock(&self.offsets).to_commit(&self.worker_id, &self.group, false);
         let n = items.len();
+        let began = Instant::now();
         let ok = n == 0 || self.commit_items(main, &mut items);
+        if n > 0 {
+            self.metrics.commit_round(began.elapsed(), ok);
+        }
         if ok {
             lock(&self.offsets).mark_committed(&items);
         } else {
@@ -519,6 +527,7 @@ pub(crate) struct ConsumerCtx {
     assignment: Assignment,
     revoke_timeout: Duration,
     errors: Throttle,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl ConsumerCtx {
@@ -527,6 +536,7 @@ impl ConsumerCtx {
         progress: Arc<Progress>,
         assignment: Assignment,
         revoke_timeout: Duration,
+        metrics: Arc<WorkerMetrics>,
     ) -> Self {
         Self {
             offsets,
@@ -534,6 +544,7 @@ impl ConsumerCtx {
             assignment,
             revoke_timeout,
             errors: Throttle::new(Duration::from_secs(60)),
+            metrics,
         }
     }
 }
@@ -581,6 +592,10 @@ impl ClientContext for ConsumerCtx {
         } else {
             tracing::warn!(%error, reason, "kafka consumer error");
         }
+    }
+
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.metrics.read_stats(&statistics);
     }
 }
 
@@ -643,14 +658,21 @@ impl ConsumerCtx {
 impl ConsumerContext for ConsumerCtx {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
-            Rebalance::Revoke(tpl) => self.revoke(consumer, tpl),
+            Rebalance::Revoke(tpl) => {
+                self.metrics.rebalance("revoke");
+                self.revoke(consumer, tpl);
+            }
             Rebalance::Assign(_) => {}
-            Rebalance::Error(error) => tracing::warn!(%error, "rebalance error"),
+            Rebalance::Error(error) => {
+                self.metrics.rebalance("error");
+                tracing::warn!(%error, "rebalance error");
+            }
         }
     }
 
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
+            self.metrics.rebalance("assign");
             let tps = partitions(tpl);
             let (term, loaded) = blocking(|| self.progress.load(consumer, &tps));
             let mut offsets = lock(&self.offsets);
@@ -1022,6 +1044,7 @@ impl Intake {
             offset: delivery.offset,
         };
         tracing::warn!(topic = %origin.topic, partition = origin.partition, offset = origin.offset, %reason, "unusable message sent to the DLQ");
+        self.env.metrics.dlq_records.inc();
         let msg = dlq_message(&origin, reason, m.payload(), &self.reporter);
         let env = Arc::clone(&self.env);
         let dlq = self.dlq.clone();

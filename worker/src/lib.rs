@@ -54,6 +54,7 @@ mod dlq;
 mod handler;
 mod heartbeat;
 mod lane;
+pub mod metrics;
 pub mod net_policy;
 mod offsets;
 mod producer;
@@ -68,6 +69,7 @@ pub use config::{
 };
 pub use futures::future::BoxFuture;
 pub use handler::{handler_fn, FnHandler, Handler, Outcome, RunContext, RunLog};
+pub use metrics::WorkerMetrics;
 pub use tokio_util::sync::CancellationToken;
 
 /// Lock a mutex, ignoring poisoning: every critical section in this crate leaves its data
@@ -166,6 +168,14 @@ pub enum WorkerError {
         what: &'static str,
         /// librdkafka's error.
         source: KafkaError,
+    },
+    /// The metrics listener could not bind its address.
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    MetricsListen {
+        /// The address from `metrics_listen`.
+        addr: std::net::SocketAddr,
+        /// The bind error.
+        source: std::io::Error,
     },
 }
 
@@ -276,6 +286,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Serve `GET /metrics` (Prometheus/OpenMetrics text) and `GET /healthz` on `addr`
+    /// (default: off). See [`metrics`].
+    pub fn metrics_listen(mut self, addr: std::net::SocketAddr) -> Self {
+        self.config.metrics_listen = Some(addr);
+        self
+    }
+
     /// Set a librdkafka property on both clients, after the worker's own (e.g. SASL, TLS).
     pub fn kafka_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.config.kafka_overrides.push((key.into(), value.into()));
@@ -352,7 +369,12 @@ impl WorkerBuilder {
                 return Err(BuildError::DuplicateHandler(name));
             }
         }
-        Ok(Worker { config, handlers })
+        let metrics = Arc::new(WorkerMetrics::new(&config.group, config.capacity));
+        Ok(Worker {
+            config,
+            handlers,
+            metrics,
+        })
     }
 }
 
@@ -360,6 +382,7 @@ impl WorkerBuilder {
 pub struct Worker {
     config: WorkerConfig,
     handlers: BTreeMap<JobType, Arc<dyn Handler>>,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -391,6 +414,11 @@ impl Worker {
         self.handlers.keys()
     }
 
+    /// Its metrics, to expose elsewhere than its own listener ([`WorkerMetrics::encode`]).
+    pub fn metrics(&self) -> Arc<WorkerMetrics> {
+        Arc::clone(&self.metrics)
+    }
+
     /// Consume and run triggers until `shutdown` is cancelled, then stop gracefully: take no new
     /// triggers (those queued in lanes are handed back), let running runs finish for up to the
     /// drain timeout (the rest are handed back unreported and will run again elsewhere), commit
@@ -398,6 +426,21 @@ impl Worker {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let cfg = self.config;
         let topics = &cfg.topics;
+        let metrics = self.metrics;
+        let metrics_stop = CancellationToken::new();
+        let metrics_task = match cfg.metrics_listen {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| WorkerError::MetricsListen { addr, source })?;
+                Some(tokio::spawn(metrics::serve(
+                    listener,
+                    Arc::clone(&metrics),
+                    metrics_stop.clone(),
+                )))
+            }
+            None => None,
+        };
         let producer = producer::create(&cfg).map_err(kafka("creating the Kafka producer"))?;
         config::ensure_base_topics(&cfg).await.map_err(kafka(
             "creating the results, workers, DLQ and progress topics",
@@ -415,6 +458,7 @@ impl Worker {
                 Arc::clone(&offsets),
                 producer.clone(),
                 Arc::clone(&signal),
+                Arc::clone(&metrics),
             )
             .map_err(kafka("creating the progress clients"))?,
         );
@@ -427,6 +471,7 @@ impl Worker {
                     Arc::clone(&progress),
                     Arc::clone(&assignment),
                     cfg.revoke_timeout,
+                    Arc::clone(&metrics),
                 ),
             )
             .map_err(kafka("creating the Kafka consumer"))?,
@@ -485,6 +530,7 @@ impl Worker {
             run_log_limit: cfg.run_log_limit,
             cancel_grace: cfg.cancel_grace,
             tasks: TaskTracker::new(),
+            metrics: Arc::clone(&metrics),
         });
 
         let heartbeat_stop = CancellationToken::new();
@@ -582,6 +628,12 @@ impl Worker {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "flushing the producer failed"),
             Err(error) => tracing::warn!(%error, "flushing the producer failed"),
+        }
+        metrics_stop.cancel();
+        if let Some(task) = metrics_task {
+            if let Err(error) = task.await {
+                tracing::warn!(%error, "the metrics listener failed");
+            }
         }
         tracing::info!("worker {} stopped", cfg.worker_id);
         Ok(())

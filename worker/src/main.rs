@@ -78,6 +78,10 @@ struct Cli {
     /// addresses or CIDR blocks, comma separated.
     #[arg(long, env = "CADENZA_HTTP_DENY", value_name = "CIDR,…", value_parser = http_deny)]
     http_deny: Option<NetList>,
+    /// Serve Prometheus metrics (`GET /metrics`) and `GET /healthz` on this address, e.g.
+    /// 127.0.0.1:9464 (off unless set).
+    #[arg(long, env = "CADENZA_METRICS_LISTEN", value_name = "ADDR:PORT")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// JOB_TYPE=BUILTIN to serve (repeatable, or comma separated). Builtins: noop, sleep, fail,
     /// shell, http.
     #[arg(
@@ -167,6 +171,9 @@ async fn main() -> anyhow::Result<()> {
         .trigger_partitions(cli.trigger_partitions)
         .replication_factor(cli.replication_factor)
         .max_in_flight(usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX));
+    if let Some(addr) = cli.metrics_listen {
+        builder = builder.metrics_listen(addr);
+    }
     if let Some(id) = cli.worker_id {
         builder = builder.worker_id(id);
     }

@@ -31,6 +31,7 @@ use crate::consumer::ProgressSignal;
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
 use crate::lane::{Admission, Cause, Lanes, Turn};
 use crate::lock;
+use crate::metrics::{FinishedLabels, JobTypeLabel, WorkerMetrics};
 use crate::offsets::{Begun, Durability, Epoch, OffsetTracker, PartitionTokens, TopicPartition};
 use crate::results::ResultSink;
 
@@ -170,6 +171,7 @@ pub(crate) struct RunEnv {
     pub cancel_grace: Duration,
     /// Every run and DLQ task, so a stop can wait for them.
     pub tasks: TaskTracker,
+    pub metrics: Arc<WorkerMetrics>,
 }
 
 /// The terminal status and message a run reports.
@@ -410,6 +412,7 @@ impl RunEnv {
             }
             Admission::Admitted(slot) => slot,
         };
+        let waiting = self.metrics.waiting(trigger.job_type.as_str());
 
         let turn = tokio::select! {
             biased;
@@ -438,11 +441,12 @@ impl RunEnv {
                 return;
             }
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
-                Ok(p) => p,
+                Ok(p) => (p, self.metrics.running()),
                 // The semaphore is never closed; if it were, the run is handed back.
                 Err(_) => return,
             },
         };
+        drop(waiting);
 
         // The next owner must know this run may have started (→ attempt + 1) before it does.
         let marked =
@@ -470,6 +474,11 @@ impl RunEnv {
             started_at,
         });
         tracing::debug!(job_type = %trigger.job_type, "run started");
+        let job_type = JobTypeLabel {
+            job_type: trigger.job_type.as_str().to_owned(),
+        };
+        self.metrics.runs_started.get_or_create(&job_type).inc();
+        let began = std::time::Instant::now();
         let log = RunLog::new(self.run_log_limit);
         // `started`, then the live log, from one task: they stay in order on the results
         // partition, and `finished` is only produced once that task is over.
@@ -503,6 +512,10 @@ impl RunEnv {
         .await;
         // Before the next run of the job may start: its start is after this run's end.
         let ended_at = Utc::now();
+        self.metrics
+            .handler_duration
+            .get_or_create(&job_type)
+            .observe(began.elapsed().as_secs_f64());
         let cause = slot.cause();
         // The next run of the job and of the worker may start now.
         drop(permit);
@@ -616,6 +629,13 @@ impl RunEnv {
             .await;
         if delivered {
             self.finish_offset(delivery);
+            self.metrics
+                .runs_finished
+                .get_or_create(&FinishedLabels {
+                    job_type: trigger.job_type.as_str().to_owned(),
+                    status: status.to_string(),
+                })
+                .inc();
             tracing::info!(%status, "run finished");
         } else {
             tracing::warn!(%status, "the finished event was not delivered before the partition went; its next owner publishes it again");
@@ -733,6 +753,7 @@ mod tests {
                 run_log_limit: 1024,
                 cancel_grace: Duration::from_secs(1),
                 tasks: TaskTracker::new(),
+                metrics: Arc::new(WorkerMetrics::new("test", capacity as u32)),
             });
             Self {
                 env,
