@@ -69,6 +69,8 @@ pub struct AdminMetrics {
     pub scan_jobs: Histogram,
     /// Shards this admin holds now.
     pub shards_held: Gauge,
+    /// Shards in all (the database's setting; the same on every admin).
+    pub shard_count: Gauge,
     /// Shard leases taken (a free or expired shard).
     pub lease_acquired: Counter,
     /// Shard leases lost to another admin or to expiry.
@@ -100,6 +102,7 @@ impl AdminMetrics {
             scan_duration: latency_histogram(),
             scan_jobs: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             shards_held: Gauge::default(),
+            shard_count: Gauge::default(),
             lease_acquired: Counter::default(),
             lease_lost: Counter::default(),
             runs_ended: Family::default(),
@@ -136,6 +139,11 @@ impl AdminMetrics {
             "shards_held",
             "Shards this admin holds",
             m.shards_held.clone(),
+        );
+        registry.register(
+            "shard_count",
+            "Shards in all, as this admin last read them; sum(cadenza_shards_held) below this means some shard has no admin",
+            m.shard_count.clone(),
         );
         registry.register(
             "lease_acquisitions",

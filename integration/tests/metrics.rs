@@ -299,6 +299,7 @@ async fn admin_metrics_parse_and_match_what_happened() {
     assert_eq!(lateness_count, (published + 1 + 5) as f64);
     assert!(get(&s, "cadenza_fire_lateness_seconds_sum", &[]) / lateness_count < 1.0);
     assert_eq!(get(&s, "cadenza_shards_held", &[]), 64.0);
+    assert_eq!(get(&s, "cadenza_shard_count", &[]), 64.0);
     assert!(get(&s, "cadenza_lease_acquisitions_total", &[]) >= 64.0);
     assert_eq!(get(&s, "cadenza_lease_losses_total", &[]), 0.0);
     assert!(get(&s, "cadenza_result_ingest_lag_seconds_count", &[]) >= (published + 1 + 5) as f64);
@@ -425,6 +426,39 @@ async fn admin_metrics_parse_and_match_what_happened() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+
+    // The Grafana dashboard and the alert rules read only series that exist.
+    let seen: std::collections::BTreeSet<&str> =
+        s.keys().chain(w.keys()).map(|(n, _)| n.as_str()).collect();
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let dashboard = std::fs::read_to_string(deploy.join("grafana/cadenza.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&dashboard).unwrap();
+    let mut exprs: Vec<String> = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", panel["title"]);
+        exprs.extend(
+            targets
+                .iter()
+                .map(|t| t["expr"].as_str().unwrap().to_owned()),
+        );
+    }
+    exprs.push(std::fs::read_to_string(deploy.join("prometheus/alerts.yml")).unwrap());
+    let mut used = 0;
+    for text in &exprs {
+        for (at, _) in text.match_indices("cadenza_") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                seen.contains(name.as_str()),
+                "{name} is read by deploy/ but exposed by no one"
+            );
+            used += 1;
+        }
+    }
+    assert!(used >= 20, "{used} series read");
 
     // No run or job id is ever a label.
     for (name, labels) in s.keys() {

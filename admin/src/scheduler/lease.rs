@@ -181,6 +181,7 @@ impl LeaseManager {
         }
         let m = crate::metrics::metrics();
         m.shards_held.set(now_held.len() as i64);
+        m.shard_count.set(i64::from(ctx.shard_count));
         m.lease_acquired.inc_by(acquired.len() as u64);
         m.lease_lost.inc_by(lost.len() as u64);
         let valid_until = sent + cfg.lease_ttl().saturating_sub(cfg.lease_margin());
