@@ -4,13 +4,8 @@ use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn,rdkafka=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let _telemetry =
+        cadenza_worker::telemetry::init("cadenza-admin", "info,sqlx=warn,rdkafka=warn");
     let config = cadenza_admin::config::AdminConfig::parse();
     if let Some(command) = &config.command {
         let done = cadenza_admin::run_command(&config, command, std::io::stdin().lock()).await?;

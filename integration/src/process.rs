@@ -57,7 +57,9 @@ pub(crate) fn supervised_command(program: &Path, run_as: Option<RunAs>) -> Comma
 /// `eval "$(scripts/services env)"`) cannot leak into a test.
 pub(crate) fn clear_cadenza_env(cmd: &mut Command) {
     for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("CADENZA_") {
+        let key_str = key.to_string_lossy();
+        // OTEL_*: a caller's collector settings would make the binaries export test spans.
+        if key_str.starts_with("CADENZA_") || key_str.starts_with("OTEL_") {
             cmd.env_remove(key);
         }
     }

@@ -60,6 +60,7 @@ mod offsets;
 mod producer;
 mod results;
 mod run;
+pub mod telemetry;
 pub mod topics;
 
 pub use config::{

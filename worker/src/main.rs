@@ -6,7 +6,6 @@
 //! ```
 
 use std::collections::HashSet;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -14,7 +13,6 @@ use cadenza_worker::builtin::{BuiltinOptions, ServeSpec, HTTP_SETTINGS};
 use cadenza_worker::net_policy::{self, AddressPolicy, NetList};
 use cadenza_worker::{CancellationToken, Worker, DEFAULT_BROKERS, DEFAULT_GROUP};
 use clap::{CommandFactory, Parser};
-use tracing_subscriber::EnvFilter;
 
 /// A Cadenza worker: consumes the trigger topics of the job types it serves, runs the built-in
 /// handlers, publishes results and heartbeats. Stops gracefully on SIGTERM or Ctrl-C (a second
@@ -102,15 +100,6 @@ fn http_deny(s: &str) -> Result<NetList, String> {
     net_policy::parse_list(s).map_err(|e| format!("CADENZA_HTTP_DENY: {e}"))
 }
 
-fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 /// Cancel `shutdown` on the first SIGTERM or Ctrl-C; exit at once on the second.
 fn wire_signals(shutdown: CancellationToken) -> anyhow::Result<()> {
     #[cfg(unix)]
@@ -157,7 +146,7 @@ async fn main() -> anyhow::Result<()> {
                 .exit();
         }
     }
-    init_tracing();
+    let _telemetry = cadenza_worker::telemetry::init("cadenza-worker", "info");
 
     let mut builder = Worker::builder()
         .brokers(cli.brokers)

@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::consumer::ProgressSignal;
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
@@ -34,6 +35,7 @@ use crate::lock;
 use crate::metrics::{FinishedLabels, JobTypeLabel, WorkerMetrics};
 use crate::offsets::{Begun, Durability, Epoch, OffsetTracker, PartitionTokens, TopicPartition};
 use crate::results::ResultSink;
+use crate::telemetry;
 
 /// How often a running run's new log lines are shipped.
 pub(crate) const LOG_SHIP_INTERVAL: Duration = Duration::from_millis(500);
@@ -229,7 +231,7 @@ impl RunEnv {
     /// Take a trigger: the lane decides now (consumption order), the run proceeds on its own task.
     pub(crate) fn dispatch(
         self: &Arc<Self>,
-        delivery: Delivery,
+        mut delivery: Delivery,
         trigger: TriggerMessage,
         attempt: u32,
         handler: Arc<dyn Handler>,
@@ -238,12 +240,34 @@ impl RunEnv {
         let admission = self
             .lanes
             .admit(trigger.job_id, trigger.trigger_id, trigger.block);
+        let span = tracing::info_span!(
+            "run",
+            otel.kind = "consumer",
+            job_id = %trigger.job_id,
+            trigger_id = %trigger.trigger_id,
+            job_type = trigger.job_type.as_str(),
+            attempt,
+            partition = delivery.tp.partition,
+            offset = delivery.offset,
+            traceparent = delivery.traceparent.as_deref(),
+            status = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        // A child of the admin's `publish` span; the results carry this span's context so the
+        // admin's `ingest` spans hang under it.
+        telemetry::set_parent(&span, delivery.traceparent.as_deref());
+        if let Some(tp) = telemetry::traceparent(&span) {
+            delivery.traceparent = Some(tp);
+        }
         let env = Arc::clone(self);
-        self.tasks.spawn(async move {
-            env.run_trigger(delivery, trigger, attempt, handler, admission)
-                .await;
-            drop(guard);
-        });
+        self.tasks.spawn(
+            async move {
+                env.run_trigger(delivery, trigger, attempt, handler, admission)
+                    .await;
+                drop(guard);
+            }
+            .instrument(span),
+        );
     }
 
     /// Record a trigger `failed` without running it (e.g. no handler for its job type).
@@ -373,18 +397,7 @@ impl RunEnv {
         }
     }
 
-    #[tracing::instrument(
-        name = "run",
-        skip_all,
-        fields(
-            job_id = %trigger.job_id,
-            trigger_id = %trigger.trigger_id,
-            attempt,
-            partition = delivery.tp.partition,
-            offset = delivery.offset,
-            traceparent = delivery.traceparent.as_deref(),
-        )
-    )]
+    /// Runs inside the `run` span [`RunEnv::dispatch`] made.
     async fn run_trigger(
         &self,
         delivery: Delivery,
@@ -570,6 +583,11 @@ impl RunEnv {
         log: Option<String>,
     ) {
         let status = verdict.status;
+        let span = tracing::Span::current();
+        span.record("status", status.as_str());
+        if !matches!(status, RunStatus::Succeeded) {
+            span.record("otel.status_code", "ERROR");
+        }
         let (started_at, finished_at) = match times {
             Some((s, f)) => (Some(s), f),
             None => (None, Utc::now()),

@@ -26,8 +26,10 @@ use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use cadenza_worker::telemetry;
 use secrecy::SecretString;
 use sqlx::PgPool;
+use tracing::Instrument;
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
@@ -335,14 +337,57 @@ fn mount(routes: impl IntoIterator<Item = Route>) -> Router<Arc<AppState>> {
         })
 }
 
-/// Counts the request in `cadenza_api_requests_total` by method, route template and status.
+/// The job or run a request names in its path (`/jobs/{id}…`, `/triggers/{id}…`), for its span.
+/// `path` may lack the prefix `route` has (a nested router sees its own part), so the two are
+/// matched from the end.
+fn path_ids(route: &str, path: &str) -> (Option<i64>, Option<i64>) {
+    let (mut job, mut trigger) = (None, None);
+    let template: Vec<&str> = route.rsplit('/').collect();
+    let segments: Vec<&str> = path.rsplit('/').collect();
+    for (i, seg) in segments.iter().enumerate() {
+        if template.get(i) != Some(&"{id}") {
+            continue;
+        }
+        let id = seg.parse::<i64>().ok();
+        match template.get(i + 1) {
+            Some(&"jobs") => job = id,
+            Some(&"triggers") => trigger = id,
+            _ => {}
+        }
+    }
+    (job, trigger)
+}
+
+/// Counts the request in `cadenza_api_requests_total` by method, route template and status, and
+/// runs it in a `request` span (a child of the caller's `traceparent` header, if any) when spans
+/// are exported.
 async fn count_request(req: Request, next: Next) -> Response {
     let method = req.method().as_str().to_owned();
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "other".to_owned(), |p| p.as_str().to_owned());
-    let resp = next.run(req).await;
+    let resp = if telemetry::exporting() {
+        let (job_id, trigger_id) = path_ids(&route, req.uri().path());
+        let span = tracing::info_span!("request", otel.kind = "server",
+            otel.name = format!("{method} {route}"), http.request.method = %method,
+            http.route = %route, job_id, trigger_id,
+            http.response.status_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty);
+        let parent = req
+            .headers()
+            .get(cadenza_schemas::HEADER_TRACEPARENT)
+            .and_then(|v| v.to_str().ok());
+        telemetry::set_parent(&span, parent);
+        let resp = next.run(req).instrument(span.clone()).await;
+        span.record("http.response.status_code", resp.status().as_u16());
+        if resp.status().is_server_error() {
+            span.record("otel.status_code", "ERROR");
+        }
+        resp
+    } else {
+        next.run(req).await
+    };
     crate::metrics::metrics()
         .api_requests
         .get_or_create(&crate::metrics::ApiLabels {
@@ -436,5 +481,26 @@ pub(crate) fn parse_limit(s: Option<&String>) -> ApiResult<i64> {
             .ok_or_else(|| {
                 ApiError::invalid("limit", format!("{s:?} is not a number between 1 and 1000"))
             }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_ids;
+
+    #[test]
+    fn path_ids_read_the_job_or_run_a_route_names() {
+        assert_eq!(
+            path_ids("/api/jobs/{id}/trigger", "/jobs/12/trigger"),
+            (Some(12), None)
+        );
+        assert_eq!(path_ids("/api/jobs/{id}", "/api/jobs/7"), (Some(7), None));
+        assert_eq!(
+            path_ids("/api/triggers/{id}/log", "/triggers/9/log"),
+            (None, Some(9))
+        );
+        assert_eq!(path_ids("/api/users/{id}", "/users/3"), (None, None));
+        assert_eq!(path_ids("/api/jobs", "/jobs"), (None, None));
+        assert_eq!(path_ids("/api/jobs/{id}", "/jobs/x"), (None, None));
     }
 }

@@ -8,9 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus};
+use cadenza_schemas::{
+    ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus, HEADER_TRACEPARENT,
+};
+use cadenza_worker::telemetry;
 use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -319,6 +322,14 @@ impl<'a> Store<'a> {
     }
 }
 
+/// The W3C trace context a result record carries, if any.
+fn traceparent<M: Message>(m: &M) -> Option<&str> {
+    m.headers()?
+        .iter()
+        .find(|h| h.key == HEADER_TRACEPARENT)
+        .and_then(|h| std::str::from_utf8(h.value?).ok())
+}
+
 /// Consumes `<prefix>.results` until `shutdown`. Offsets are committed after the batch is in
 /// the database, so a crash re-applies (harmlessly) rather than loses events.
 pub async fn run(
@@ -358,6 +369,26 @@ pub async fn run(
                 Err(reason) => to_dlq(&kafka, &admin_id, m, reason).await,
             }
         }
+        // One `ingest` span per run event, a child of the worker's `run` span, open until the
+        // batch is stored.
+        let _spans: Vec<tracing::Span> = if telemetry::exporting() {
+            events
+                .iter()
+                .filter_map(|(i, e)| {
+                    let (name, job_id, attempt) = match e {
+                        ResultEvent::Started(s) => ("started", s.job_id, s.attempt),
+                        ResultEvent::Finished(f) => ("finished", f.job_id, f.attempt),
+                        ResultEvent::Log(_) => return None,
+                    };
+                    let span = tracing::info_span!(parent: None, "ingest", otel.kind = "consumer",
+                        event = name, job_id = job_id.0, trigger_id = e.trigger_id().0, attempt);
+                    telemetry::set_parent(&span, traceparent(&batch[*i]));
+                    Some(span)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         // Never commit past events that are not stored: a batch is retried while the database
         // is unreachable; one it refuses is applied event by event, and an event refused on its
         // own goes to the DLQ with the reason, so one bad event cannot hold up the partition.

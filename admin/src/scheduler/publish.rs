@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use cadenza_schemas::{JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
+use cadenza_worker::telemetry;
 use chrono::Utc;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
@@ -29,7 +30,7 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
 
 /// A batch handed to the producer, waiting for its acknowledgements.
 pub struct InFlight {
-    sends: Vec<(i64, chrono::DateTime<Utc>, JobType, DeliveryFuture)>,
+    sends: Vec<Sent>,
     sent_at: chrono::DateTime<Utc>,
     outcome: PublishOutcome,
 }
@@ -47,6 +48,16 @@ pub struct PublishOutcome {
     pub skipped: usize,
     /// Sends that failed or were not made; the rows stay `publishing` until read back.
     pub failed: usize,
+}
+
+/// One trigger handed to the producer: what recording its acknowledgement needs, and its
+/// `publish` span (open until the broker answers; `Span::none()` unless spans are exported).
+struct Sent {
+    id: i64,
+    fire_time: chrono::DateTime<Utc>,
+    job_type: JobType,
+    delivery: DeliveryFuture,
+    span: tracing::Span,
 }
 
 /// A new W3C `traceparent` (trace id, span id, sampled) for a run.
@@ -221,7 +232,16 @@ impl Publisher {
             let payload = serde_json::to_vec(&msg)?;
             let key = t.job_id.0.to_string();
             let topic = topics.trigger(&t.job_type);
-            let tp = traceparent();
+            // The run's trace starts here: its id travels in the header to the worker and back.
+            let span = if telemetry::exporting() {
+                tracing::info_span!(parent: None, "publish", otel.kind = "producer",
+                    job_id = t.job_id.0, trigger_id = t.id.0, job_type = t.job_type.as_str(),
+                    attempt = t.attempt, partition = route.partition,
+                    offset = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+            } else {
+                tracing::Span::none()
+            };
+            let tp = telemetry::traceparent(&span).unwrap_or_else(traceparent);
             let headers = OwnedHeaders::new()
                 .insert(Header {
                     key: HEADER_RECORD,
@@ -237,7 +257,13 @@ impl Publisher {
                 .payload(&payload)
                 .headers(headers);
             match producer.send_result(record) {
-                Ok(delivery) => sends.push((t.id.0, t.fire_time, t.job_type.clone(), delivery)),
+                Ok(delivery) => sends.push(Sent {
+                    id: t.id.0,
+                    fire_time: t.fire_time,
+                    job_type: t.job_type.clone(),
+                    delivery,
+                    span,
+                }),
                 Err((e, _)) => {
                     tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
                     unsent += 1;
@@ -268,9 +294,17 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
     let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
     let mut lateness = Vec::with_capacity(sends.len());
     let mut types = Vec::with_capacity(sends.len());
-    for (id, fire_time, job_type, delivery) in sends {
+    for Sent {
+        id,
+        fire_time,
+        job_type,
+        delivery,
+        span,
+    } in sends
+    {
         match delivery.await {
             Ok(Ok(d)) => {
+                span.record("offset", d.offset);
                 ok_id.push(id);
                 ok_part.push(d.partition);
                 ok_off.push(d.offset);
@@ -278,6 +312,7 @@ pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<P
                 types.push(job_type);
             }
             Ok(Err((e, _))) => {
+                span.record("otel.status_code", "ERROR");
                 ctx.kafka.note_send_error(&e);
                 tracing::warn!(trigger_id = id, error = %e, "send failed");
                 outcome.failed += 1;

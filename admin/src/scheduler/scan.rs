@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_schemas::{MisfireStrategy, RunStatus, Schedule, TriggerKind};
+use cadenza_worker::telemetry;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::{rows_to_pending, PendingRow, SchedulerContext};
 use crate::guard::{self, Backoff};
@@ -223,66 +225,81 @@ impl Scanner {
             tx.commit().await?;
             return Ok(ScanOutcome::default());
         }
-        let lookahead = chrono::Duration::milliseconds(cfg.lookahead_ms as i64);
-        let (mut p_job, mut p_kind, mut p_status, mut p_time) = (vec![], vec![], vec![], vec![]);
-        let (mut p_shard, mut p_total) = (Vec::<i32>::new(), Vec::<i32>::new());
-        let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
-        for job in &due {
-            let plan = plan_job(job, lookahead);
-            // A `sharding_broadcast` fire is one run per live worker (shard i of n).
-            let shards = self
-                .ctx
-                .registry
-                .shard_total_stored(&job.route, &job.job_type);
-            for f in &plan.fires {
-                let n = if f.status == RunStatus::Scheduled {
-                    shards
-                } else {
-                    1
-                };
-                for i in 0..n {
-                    p_job.push(job.id);
-                    p_kind.push(f.kind.as_str());
-                    p_status.push(f.status.as_str());
-                    p_time.push(f.fire_time);
-                    p_shard.push(i);
-                    p_total.push(n);
+        let span = if telemetry::exporting() {
+            tracing::info_span!(
+                "scan",
+                shards = valid.len(),
+                jobs = due.len(),
+                triggers = tracing::field::Empty
+            )
+        } else {
+            tracing::Span::none()
+        };
+        let write = async {
+            let lookahead = chrono::Duration::milliseconds(cfg.lookahead_ms as i64);
+            let (mut p_job, mut p_kind, mut p_status, mut p_time) =
+                (vec![], vec![], vec![], vec![]);
+            let (mut p_shard, mut p_total) = (Vec::<i32>::new(), Vec::<i32>::new());
+            let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
+            for job in &due {
+                let plan = plan_job(job, lookahead);
+                // A `sharding_broadcast` fire is one run per live worker (shard i of n).
+                let shards = self
+                    .ctx
+                    .registry
+                    .shard_total_stored(&job.route, &job.job_type);
+                for f in &plan.fires {
+                    let n = if f.status == RunStatus::Scheduled {
+                        shards
+                    } else {
+                        1
+                    };
+                    for i in 0..n {
+                        p_job.push(job.id);
+                        p_kind.push(f.kind.as_str());
+                        p_status.push(f.status.as_str());
+                        p_time.push(f.fire_time);
+                        p_shard.push(i);
+                        p_total.push(n);
+                    }
                 }
+                a_id.push(job.id);
+                a_next.push(plan.next_fire_at);
+                a_enabled.push(plan.enabled);
             }
-            a_id.push(job.id);
-            a_next.push(plan.next_fire_at);
-            a_enabled.push(plan.enabled);
-        }
-        let inserted: Vec<PendingRow> = sqlx::query_as(sql!("scan/insert_triggers"))
-            .bind(&p_job)
-            .bind(&p_kind)
-            .bind(&p_status)
-            .bind(&p_time)
-            .bind(&p_shard)
-            .bind(&p_total)
-            .fetch_all(&mut *tx)
-            .await?;
-        let misfired: Vec<i64> = inserted
-            .iter()
-            .filter(|r| r.status == RunStatus::Misfired.as_str())
-            .map(|r| r.id)
-            .collect();
-        sqlx::query(sql!("scan/advance_jobs"))
-            .bind(&a_id)
-            .bind(&a_next)
-            .bind(&a_enabled)
-            .execute(&mut *tx)
-            .await?;
-        let ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
-        tx.commit().await?;
-        ended.record();
-        let written = inserted.len();
-        self.ctx.wheel.insert(rows_to_pending(inserted));
-        Ok(ScanOutcome {
-            jobs: due.len(),
-            triggers: written,
-            elapsed: started.elapsed(),
-        })
+            let inserted: Vec<PendingRow> = sqlx::query_as(sql!("scan/insert_triggers"))
+                .bind(&p_job)
+                .bind(&p_kind)
+                .bind(&p_status)
+                .bind(&p_time)
+                .bind(&p_shard)
+                .bind(&p_total)
+                .fetch_all(&mut *tx)
+                .await?;
+            let misfired: Vec<i64> = inserted
+                .iter()
+                .filter(|r| r.status == RunStatus::Misfired.as_str())
+                .map(|r| r.id)
+                .collect();
+            sqlx::query(sql!("scan/advance_jobs"))
+                .bind(&a_id)
+                .bind(&a_next)
+                .bind(&a_enabled)
+                .execute(&mut *tx)
+                .await?;
+            let ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
+            tx.commit().await?;
+            ended.record();
+            let written = inserted.len();
+            tracing::Span::current().record("triggers", written);
+            self.ctx.wheel.insert(rows_to_pending(inserted));
+            Ok::<_, anyhow::Error>(ScanOutcome {
+                jobs: due.len(),
+                triggers: written,
+                elapsed: started.elapsed(),
+            })
+        };
+        write.instrument(span).await
     }
 
     /// Scans until `shutdown`: again at once after a full batch, else after `scan_interval`. A
