@@ -125,7 +125,9 @@ pub fn init(service: &'static str, default_filter: &str) -> Telemetry {
 /// Makes the context of a W3C `traceparent` header the parent of `span`. Does nothing when the
 /// header is absent or malformed, or spans are not exported.
 pub fn set_parent(span: &tracing::Span, traceparent: Option<&str>) {
-    let Some(tp) = traceparent else { return };
+    let Some(tp) = traceparent.filter(|_| exporting()) else {
+        return;
+    };
     let carrier = HashMap::from([(TRACEPARENT.to_owned(), tp.to_owned())]);
     let cx = TraceContextPropagator::new().extract(&carrier);
     if cx.span().span_context().is_valid() {
@@ -137,6 +139,9 @@ pub fn set_parent(span: &tracing::Span, traceparent: Option<&str>) {
 /// The W3C `traceparent` of `span`'s OpenTelemetry context, when spans are exported (`None`
 /// otherwise: callers then send a header of their own).
 pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    if !exporting() {
+        return None;
+    }
     let cx = span.context();
     if !cx.span().span_context().is_valid() {
         return None;
