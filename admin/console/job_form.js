@@ -44,7 +44,7 @@ export async function jobForm(job, save) {
   const j = job || {
     name: "",
     job_type: "",
-    schedule: { kind: "cron", expr: "0 * * * * *" },
+    schedule: { kind: "cron", expr: "0 * * * * ?" },
     route: "round",
     block: "serial_execution",
     misfire: "do_nothing",
@@ -92,7 +92,7 @@ export async function jobForm(job, save) {
   const preview = h("div", { class: "preview", "aria-live": "polite" });
   const zones = h("datalist", { id: "zones" }, (Intl.supportedValuesOf ? Intl.supportedValuesOf("timeZone") : []).map((z) => h("option", { value: z })));
   const byKind = {
-    cron: [field("Cron expression", "schedule.expr", inputs.expr, "Seconds first (6 fields) or 5 fields; day-of-week 1 = Sunday, or MON-FRI."), field("Time zone", "schedule.timezone", inputs.timezone, "IANA name; empty: UTC.")],
+    cron: [field("Cron expression", "schedule.expr", inputs.expr, "Quartz, as in XXL-JOB: sec min hour day month weekday [year]; ? in one day field; L, W, 6#3. Weekday 1 = Sunday, or MON-FRI."), field("Time zone", "schedule.timezone", inputs.timezone, "IANA name; empty: UTC.")],
     fix_rate: [field("Every (ms)", "schedule.every_ms", inputs.every_ms)],
     fix_delay: [field("Delay after each run (ms)", "schedule.delay_ms", inputs.delay_ms)],
     once: [field("At (your time zone)", "schedule.at", inputs.at)],

@@ -30,6 +30,7 @@ pub mod jobs;
 pub mod kafka;
 pub mod metrics;
 pub mod outcome;
+pub mod quartz;
 pub mod replay;
 pub mod retention;
 pub mod route;

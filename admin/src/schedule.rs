@@ -6,8 +6,10 @@
 use std::str::FromStr;
 
 use cadenza_schemas::{Schedule, TriggerKind};
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Duration, LocalResult, TimeZone, Utc};
 use chrono_tz::Tz;
+
+use crate::quartz::QuartzCron;
 
 /// Why a schedule was rejected; `field` names the JSON field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -24,35 +26,21 @@ fn err(field: &'static str, message: impl Into<String>) -> ScheduleError {
     }
 }
 
-/// A cron expression in a time zone.
+/// A Quartz cron expression (see [`crate::quartz`]) in a time zone.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
-    schedule: cron::Schedule,
+    expr: QuartzCron,
     tz: Tz,
 }
 
 impl CronSchedule {
-    /// Accepts 6 fields (`sec min hour day-of-month month day-of-week`), 7 with a year, or the
-    /// classic 5 (which fire at second 0). Day-of-week follows Quartz, as XXL-JOB does:
-    /// `1`–`7` is Sunday–Saturday; names (`MON-FRI`) are clearer.
+    /// Accepts Quartz's 6 fields (`sec min hour day-of-month month day-of-week`), 7 with a
+    /// year, or the classic 5 (which fire at second 0), with all of Quartz's syntax: `?`, `L`,
+    /// `W`, `LW`, `L-n`, `#`, names. Day-of-week follows Quartz, as XXL-JOB does: `1`–`7` is
+    /// Sunday–Saturday; names (`MON-FRI`) are clearer.
     pub fn parse(expr: &str, timezone: Option<&str>) -> Result<Self, ScheduleError> {
-        let fields = expr.split_whitespace().count();
-        let full = match fields {
-            5 => format!("0 {expr}"),
-            6 | 7 => expr.to_owned(),
-            n => {
-                return Err(err(
-                    "schedule.expr",
-                    format!("cron expression {expr:?} has {n} fields; expected 5 (min hour day month weekday), 6 (with seconds first) or 7 (with a year last)"),
-                ))
-            }
-        };
-        let schedule = cron::Schedule::from_str(&full).map_err(|e| {
-            err(
-                "schedule.expr",
-                format!("invalid cron expression {expr:?}: {e}"),
-            )
-        })?;
+        let parsed = QuartzCron::parse(expr)
+            .map_err(|e| err("schedule.expr", format!("cron expression {expr:?} {e}")))?;
         let tz = match timezone {
             None => Tz::UTC,
             Some(name) => Tz::from_str(name).map_err(|_| {
@@ -62,7 +50,7 @@ impl CronSchedule {
                 )
             })?,
         };
-        Ok(Self { schedule, tz })
+        Ok(Self { expr: parsed, tz })
     }
 
     /// The first fire time strictly after `t`.
@@ -73,13 +61,26 @@ impl CronSchedule {
     /// job fires for the first pass only: jobs that must fire every few seconds or minutes
     /// through the change are better written in UTC or as `fix_rate`.
     ///
-    /// The `cron` crate iterates local times this way; the property test
-    /// `cron_across_dst_matches_brute_force` holds it to these rules.
+    /// The property test `cron_across_dst_matches_brute_force` holds it to these rules.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.schedule
-            .after(&t.with_timezone(&self.tz))
-            .next()
-            .map(|local| local.with_timezone(&Utc))
+        let mut wall = t.with_timezone(&self.tz).naive_local();
+        // Wall-clock times that are skipped or already passed: at most the length of one clock
+        // change (a few hours), so the bound only stops a search that would never end.
+        for _ in 0..100_000 {
+            wall = self.expr.next_after(wall)?;
+            match self.tz.from_local_datetime(&wall) {
+                LocalResult::Single(at) if at.with_timezone(&Utc) > t => {
+                    return Some(at.with_timezone(&Utc))
+                }
+                // The first pass of a repeated time; the second never fires.
+                LocalResult::Ambiguous(first, _) if first.with_timezone(&Utc) > t => {
+                    return Some(first.with_timezone(&Utc))
+                }
+                // Skipped when the clocks went forward, or passed already.
+                _ => {}
+            }
+        }
+        None
     }
 }
 
@@ -206,7 +207,6 @@ impl JobSchedule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeZone;
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -291,22 +291,55 @@ mod tests {
         assert_eq!(JobSchedule::None.first_fire(now), None);
     }
 
-    /// Local times at which the schedule fires between `from` and `to`, by brute force: every
-    /// second of the interval whose wall-clock time matches, at the first occurrence of that
-    /// wall-clock time.
-    fn brute_force(c: &CronSchedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    /// The values a simple time field (`*`, `*/n`, `a-b`, `a`, lists of these) stands for,
+    /// read independently of the parser under test.
+    fn field_values(text: &str, max: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for item in text.split(',') {
+            if item == "*" {
+                out.extend(0..=max);
+            } else if let Some(step) = item.strip_prefix("*/") {
+                out.extend((0..=max).step_by(step.parse().unwrap()));
+            } else if let Some((lo, hi)) = item.split_once('-') {
+                out.extend(lo.parse::<u32>().unwrap()..=hi.parse().unwrap());
+            } else {
+                out.push(item.parse().unwrap());
+            }
+        }
+        out
+    }
+
+    /// Local times at which `sec min hour * * ?` fires between `from` and `to`, by brute force:
+    /// every second of the interval whose wall-clock time matches, at the first occurrence of
+    /// that wall-clock time.
+    fn brute_force(
+        (sec, min, hour): (&str, &str, &str),
+        tz: Tz,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Vec<DateTime<Utc>> {
+        let (secs, mins, hours) = (
+            field_values(sec, 59),
+            field_values(min, 59),
+            field_values(hour, 23),
+        );
         let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
         let mut t = from + Duration::seconds(1);
         // Wall-clock times seen before `from` (the first pass of a repeated hour) count too.
         let mut back = from - Duration::hours(3);
         while back <= from {
-            seen.insert(back.with_timezone(&c.tz).naive_local());
+            seen.insert(back.with_timezone(&tz).naive_local());
             back += Duration::seconds(1);
         }
         while t <= to {
-            let wall = t.with_timezone(&c.tz).naive_local();
-            if seen.insert(wall) && c.schedule.includes(wall.and_utc()) {
+            let wall = t.with_timezone(&tz).naive_local();
+            use chrono::Timelike;
+            if seen.insert(wall)
+                && secs.contains(&wall.second())
+                && mins.contains(&wall.minute())
+                && hours.contains(&wall.hour())
+            {
                 out.push(t);
             }
             t += Duration::seconds(1);
@@ -339,7 +372,7 @@ mod tests {
             zone in proptest::sample::select(vec!["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]),
             which in 0usize..2,
         ) {
-            let expr = format!("{sec} {min} {hour} * * *");
+            let expr = format!("{sec} {min} {hour} * * ?");
             let c = CronSchedule::parse(&expr, Some(zone)).unwrap();
             let changes = transitions(c.tz, 2026);
             proptest::prop_assert_eq!(changes.len(), 2, "{} changes clocks twice a year", zone);
@@ -353,7 +386,7 @@ mod tests {
                 got.push(next);
                 t = next;
             }
-            let want = brute_force(&c, from, to);
+            let want = brute_force((sec, min, hour), c.tz, from, to);
             proptest::prop_assert_eq!(got, want, "{} in {}", expr, zone);
         }
 

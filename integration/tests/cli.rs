@@ -424,6 +424,171 @@ async fn every_command_ends_quietly_when_its_reader_goes_away() {
     }
 }
 
+/// Quartz expressions as XXL-JOB users write them: every one is accepted as a job's schedule,
+/// and its preview lists local times that are what the expression says (checked here day by
+/// day, without a cron parser). Expressions Quartz refuses are refused with the field named.
+#[tokio::test]
+async fn quartz_expressions_from_xxl_job_schedule_jobs() {
+    use chrono::{Datelike, NaiveDate, Timelike, Weekday};
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+
+    let last_day = |d: NaiveDate| (28..=31).rev().find(|n| d.with_day(*n).is_some()).unwrap();
+    let weekday = |d: NaiveDate| !matches!(d.weekday(), Weekday::Sat | Weekday::Sun);
+    type Check = Box<dyn Fn(chrono::DateTime<chrono::FixedOffset>) -> bool>;
+    let cases: Vec<(&str, Check)> = vec![
+        (
+            "0 0 0 L * ?",
+            Box::new(move |t| t.day() == last_day(t.date_naive()) && t.hour() == 0),
+        ),
+        (
+            "0 0 10 15W * ?",
+            Box::new(move |t| {
+                weekday(t.date_naive()) && (14..=16).contains(&t.day()) && t.hour() == 10
+            }),
+        ),
+        (
+            "0 0 10 ? * 6#3",
+            Box::new(|t| t.weekday() == Weekday::Fri && (15..=21).contains(&t.day())),
+        ),
+        (
+            "0 0 10 ? * 2L",
+            Box::new(move |t| {
+                t.weekday() == Weekday::Mon && t.day() + 7 > last_day(t.date_naive())
+            }),
+        ),
+        (
+            "0 0 8 LW * ?",
+            Box::new(move |t| {
+                let d = t.date_naive();
+                weekday(d) && (d.day() + 1..=last_day(d)).all(|n| !weekday(d.with_day(n).unwrap()))
+            }),
+        ),
+        (
+            "0 0 0 L-2 * ?",
+            Box::new(move |t| t.day() + 2 == last_day(t.date_naive())),
+        ),
+        (
+            "0 0 2 * * ?",
+            Box::new(|t| t.hour() == 2 && t.minute() == 0),
+        ),
+        (
+            "0 0/5 * * * ?",
+            Box::new(|t| t.minute() % 5 == 0 && t.second() == 0),
+        ),
+        (
+            "0 30 9 ? * MON-FRI",
+            Box::new(move |t| weekday(t.date_naive()) && t.hour() == 9),
+        ),
+        ("0 0 12 1/5 * ?", Box::new(|t| t.day() % 5 == 1)),
+        (
+            "0 15 10 ? * 6L 2026-2030",
+            Box::new(|t| t.weekday() == Weekday::Fri),
+        ),
+        (
+            "0 0 9 1 JAN,JUL ?",
+            Box::new(|t| t.day() == 1 && [1, 7].contains(&t.month())),
+        ),
+        (
+            "0 0 22-2 ? * SAT-MON",
+            Box::new(|t| {
+                !(3..=21).contains(&t.hour())
+                    && [Weekday::Sat, Weekday::Sun, Weekday::Mon].contains(&t.weekday())
+            }),
+        ),
+        ("0 0 0 ? * L", Box::new(|t| t.weekday() == Weekday::Sat)),
+    ];
+    for (expr, check) in &cases {
+        let (status, job) = api
+            .post_json(
+                "/api/jobs",
+                &serde_json::json!({
+                    "name": format!("xxl {expr}"),
+                    "job_type": "reports",
+                    "schedule": {"kind": "cron", "expr": expr, "timezone": "Asia/Shanghai"},
+                }),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, 201, "{expr}: {job}");
+        let q = format!(
+            "/api/schedules/preview?expr={}&timezone=Asia%2FShanghai&count=12",
+            expr.replace(' ', "%20")
+                .replace('#', "%23")
+                .replace('/', "%2F")
+        );
+        let (status, v) = api.get_json(&q).await.unwrap();
+        assert_eq!(status, 200, "{expr}: {v}");
+        let local = v["local"].as_array().unwrap();
+        assert_eq!(local.len(), 12, "{expr}: {v}");
+        for t in local {
+            let t = chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap();
+            assert!(check(t), "{expr} fires at {t}: {v}");
+        }
+        // The job's own next fire time is one of these too.
+        let next: chrono::DateTime<Utc> = job["next_fire_at"].as_str().unwrap().parse().unwrap();
+        // Asia/Shanghai keeps +08:00 all year.
+        let shanghai = chrono::FixedOffset::east_opt(8 * 3600).unwrap();
+        assert!(check(next.with_timezone(&shanghai)), "{expr}: {job}");
+    }
+
+    for (expr, named) in [
+        ("0 0 0 1 * MON", "day-of-week"),
+        ("0 0 0 ? * 2L,3", "day-of-week field"),
+        ("0 0 0 L-31 * ?", "day-of-month field"),
+        ("0 0 0 ? * MON#6", "day-of-week field"),
+    ] {
+        let (status, err) = api
+            .post_json(
+                "/api/jobs",
+                &serde_json::json!({
+                    "name": "refused",
+                    "job_type": "reports",
+                    "schedule": {"kind": "cron", "expr": expr},
+                }),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, 422, "{expr}: {err}");
+        assert_eq!(err["error"]["field"], "schedule.expr", "{expr}: {err}");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(message.contains(named), "{expr}: {message}");
+    }
+
+    // The CLI previews the same.
+    let home = cluster.dir().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let env = [
+        ("CADENZA_URL", admin.base_url()),
+        ("CADENZA_API_TOKEN", cluster.token()),
+    ];
+    let out = cadenza(
+        &home,
+        &env,
+        &[
+            "schedule",
+            "preview",
+            "0 0 10 ? * 6#3",
+            "--timezone",
+            "Asia/Shanghai",
+            "--count",
+            "3",
+            "--json",
+        ],
+    )
+    .await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v = out.json();
+    for t in v["local"].as_array().unwrap() {
+        let t = chrono::DateTime::parse_from_rfc3339(t.as_str().unwrap()).unwrap();
+        assert!(
+            t.weekday() == Weekday::Fri && (15..=21).contains(&t.day()),
+            "{t}"
+        );
+    }
+}
+
 /// The next fire times of a schedule, from the API and the CLI: in the schedule's zone, with the
 /// same errors as creating a job, naming the parameter.
 #[tokio::test]
