@@ -415,6 +415,17 @@ impl QuartzCron {
     /// Parses 6 fields (`sec min hour day-of-month month day-of-week`), 7 (with a year), or 5
     /// (`min hour day-of-month month day-of-week`, second 0). The error names the field.
     pub fn parse(expr: &str) -> Result<Self, String> {
+        Self::parse_with(expr, false)
+    }
+
+    /// Reads an expression stored before Cadenza read Quartz: the same, but both day fields may
+    /// be given, and a day must then match both (as they were read then), so such a job keeps
+    /// firing as it did.
+    pub fn parse_stored(expr: &str) -> Result<Self, String> {
+        Self::parse_with(expr, true)
+    }
+
+    fn parse_with(expr: &str, both_days: bool) -> Result<Self, String> {
         let upper = expr.trim().to_ascii_uppercase();
         let mut parts: Vec<&str> = upper.split_whitespace().collect();
         match parts.len() {
@@ -436,6 +447,7 @@ impl QuartzCron {
             (_, "?") | ("?", _) => {}
             (_, "*") => dow = "?",
             ("*", _) => dom = "?",
+            _ if both_days => {}
             _ => {
                 return Err(format!(
                     "gives both a day-of-month ({dom}) and a day-of-week ({dow}); Quartz cannot \
@@ -457,6 +469,9 @@ impl QuartzCron {
             let at = |e: String| format!("{} field {text:?}: {e}", field.name());
             let r = match field {
                 Field::DayOfMonth | Field::DayOfWeek if text == "?" => "*".to_owned(),
+                Field::DayOfMonth if both_days && dow != "?" => {
+                    plain_field(field, text).map_err(at)?
+                }
                 Field::DayOfMonth => match day_of_month(text).map_err(at)? {
                     DayOfMonth::Croner(s) => s,
                     DayOfMonth::LastOffset(o) => {
@@ -701,6 +716,19 @@ mod tests {
             let e = QuartzCron::parse(expr).expect_err(expr);
             assert!(e.contains(wanted), "{expr}: {e:?} lacks {wanted:?}");
         }
+    }
+
+    #[test]
+    fn stored_schedules_with_both_day_fields_keep_firing_on_days_matching_both() {
+        assert!(QuartzCron::parse("0 0 9 1 * MON").is_err());
+        let c = QuartzCron::parse_stored("0 0 9 1 * MON").unwrap();
+        // The next 1st of a month that is a Monday.
+        assert_eq!(
+            c.next_after(wall("2026-01-01 00:00:00")),
+            Some(wall("2026-06-01 09:00:00"))
+        );
+        // Stored or not, `L` and friends still cannot be mixed with a day-of-week.
+        assert!(QuartzCron::parse_stored("0 0 9 L * MON").is_err());
     }
 
     #[test]

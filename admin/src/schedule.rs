@@ -39,7 +39,21 @@ impl CronSchedule {
     /// `W`, `LW`, `L-n`, `#`, names. Day-of-week follows Quartz, as XXL-JOB does: `1`–`7` is
     /// Sunday–Saturday; names (`MON-FRI`) are clearer.
     pub fn parse(expr: &str, timezone: Option<&str>) -> Result<Self, ScheduleError> {
-        let parsed = QuartzCron::parse(expr)
+        Self::parse_with(QuartzCron::parse, expr, timezone)
+    }
+
+    /// A schedule read back from the database: stored expressions that give both day fields
+    /// (accepted before Cadenza read Quartz) keep their meaning, a day matching both.
+    pub fn parse_stored(expr: &str, timezone: Option<&str>) -> Result<Self, ScheduleError> {
+        Self::parse_with(QuartzCron::parse_stored, expr, timezone)
+    }
+
+    fn parse_with(
+        read: fn(&str) -> Result<QuartzCron, String>,
+        expr: &str,
+        timezone: Option<&str>,
+    ) -> Result<Self, ScheduleError> {
+        let parsed = read(expr)
             .map_err(|e| err("schedule.expr", format!("cron expression {expr:?} {e}")))?;
         let tz = match timezone {
             None => Tz::UTC,
@@ -147,9 +161,9 @@ impl JobSchedule {
     /// time it was accepted (a `once` instant may since have passed).
     pub fn from_stored(s: &Schedule) -> Result<Self, ScheduleError> {
         Ok(match s {
-            Schedule::Cron { expr, timezone } => {
-                JobSchedule::Cron(Box::new(CronSchedule::parse(expr, timezone.as_deref())?))
-            }
+            Schedule::Cron { expr, timezone } => JobSchedule::Cron(Box::new(
+                CronSchedule::parse_stored(expr, timezone.as_deref())?,
+            )),
             Schedule::Once { at } => JobSchedule::Once(*at),
             other => Self::parse(other, DateTime::<Utc>::MIN_UTC)?,
         })
@@ -249,6 +263,14 @@ mod tests {
         assert_eq!(e.field, "schedule.timezone");
         let e = cron("0 0 0 30 2 *", None).unwrap_err();
         assert!(e.message.contains("never fires"), "{e}");
+        // Both day fields: refused for a new job, still read for a stored one.
+        let e = cron("0 0 9 1 * MON", None).unwrap_err();
+        assert!(e.message.contains("both a day-of-month"), "{e}");
+        let legacy = Schedule::Cron {
+            expr: "0 0 9 1 * MON".into(),
+            timezone: None,
+        };
+        assert!(JobSchedule::from_stored(&legacy).is_ok());
         let stored = Schedule::Cron {
             expr: "*/1 * * * * *".into(),
             timezone: None,
