@@ -62,6 +62,7 @@ mod results;
 mod run;
 pub mod telemetry;
 pub mod topics;
+pub mod xxl;
 
 pub use config::{
     default_worker_id, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY,

@@ -1,0 +1,409 @@
+//! The admin's side of XXL-JOB's protocol, the part executors call: `POST …/api/registry`,
+//! `…/api/registryRemove` and `…/api/callback`, with the access token. An executor whose admin
+//! address points here registers its address every beat and reports each run's result.
+//!
+//! Answers are XXL-JOB's: HTTP 200 with `{"code":200,"msg":null,"content":null}`, or code 500
+//! and the reason (a wrong token: `The access token is wrong.`), so executors log them as they
+//! would an admin's.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::Json;
+use tokio::sync::oneshot;
+
+use super::protocol::{CallbackParam, RegistryParam, ReturnT, ACCESS_TOKEN_HEADER};
+use crate::lock;
+
+/// How long an address stays registered after its last beat (XXL-JOB's `DEAD_TIMEOUT`: three
+/// of its 30 s beats).
+pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(90);
+/// Results remembered after their run was settled, to recognise a repeated or late callback.
+const SETTLED_KEPT: usize = 10_000;
+
+/// Executor addresses by app name, each with its last beat.
+#[derive(Debug)]
+pub struct Registry {
+    apps: Mutex<HashMap<String, BTreeMap<String, Instant>>>,
+    dead_after: Duration,
+}
+
+/// An address as registered, without the trailing `/` Java executors add.
+pub fn normalize_address(address: &str) -> String {
+    address.trim().trim_end_matches('/').to_owned()
+}
+
+impl Registry {
+    /// An empty registry whose addresses expire `dead_after` their last beat.
+    pub fn new(dead_after: Duration) -> Self {
+        Self {
+            apps: Mutex::new(HashMap::new()),
+            dead_after,
+        }
+    }
+
+    /// Records a beat of `address` for `app`.
+    pub fn beat(&self, app: &str, address: &str) {
+        lock(&self.apps)
+            .entry(app.to_owned())
+            .or_default()
+            .insert(normalize_address(address), Instant::now());
+    }
+
+    /// Removes `address` from `app` (the executor is stopping).
+    pub fn remove(&self, app: &str, address: &str) {
+        if let Some(addresses) = lock(&self.apps).get_mut(app) {
+            addresses.remove(&normalize_address(address));
+        }
+    }
+
+    /// Forgets `address` of `app` at once, as if its beats had stopped (it failed a call).
+    pub fn mark_dead(&self, app: &str, address: &str) {
+        self.remove(app, address);
+    }
+
+    /// The live addresses of `app`, sorted (XXL-JOB sorts them too: `FIRST`, `LAST` and the
+    /// broadcast index depend on it).
+    pub fn addresses(&self, app: &str) -> Vec<String> {
+        let now = Instant::now();
+        let mut apps = lock(&self.apps);
+        let Some(addresses) = apps.get_mut(app) else {
+            return Vec::new();
+        };
+        addresses.retain(|_, seen| now.duration_since(*seen) < self.dead_after);
+        addresses.keys().cloned().collect()
+    }
+}
+
+/// How a run the bridge gave up on was settled, for a callback that comes later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// Its result arrived (a second callback repeats it).
+    Reported,
+    /// The bridge stopped waiting: timed out, cancelled, or handed back.
+    GaveUp(String),
+}
+
+/// What became of a callback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// A run was waiting for it.
+    Delivered,
+    /// The run already had its result, or the bridge had given up on it: this one is not
+    /// counted again.
+    Late(Settled),
+    /// No run of this bridge has this log id (another bridge's, or from before a restart).
+    Unknown,
+}
+
+/// Runs waiting for their executor's callback, by log id.
+#[derive(Debug, Default)]
+pub struct Callbacks {
+    inner: Mutex<CallbackState>,
+}
+
+#[derive(Debug, Default)]
+struct CallbackState {
+    waiting: HashMap<i64, oneshot::Sender<CallbackParam>>,
+    settled: HashMap<i64, Settled>,
+    order: VecDeque<i64>,
+}
+
+impl CallbackState {
+    fn settle(&mut self, log_id: i64, how: Settled) {
+        if self.settled.insert(log_id, how).is_none() {
+            self.order.push_back(log_id);
+        }
+        while self.order.len() > SETTLED_KEPT {
+            if let Some(old) = self.order.pop_front() {
+                self.settled.remove(&old);
+            }
+        }
+    }
+}
+
+impl Callbacks {
+    /// Starts waiting for `log_id`'s result.
+    pub fn expect(&self, log_id: i64) -> oneshot::Receiver<CallbackParam> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner).waiting.insert(log_id, tx);
+        rx
+    }
+
+    /// Stops waiting for `log_id`: a callback that still comes is [`Delivery::Late`].
+    pub fn give_up(&self, log_id: i64, why: impl Into<String>) {
+        let mut s = lock(&self.inner);
+        s.waiting.remove(&log_id);
+        s.settle(log_id, Settled::GaveUp(why.into()));
+    }
+
+    /// Hands a callback to the run waiting for it; the first result of a run wins.
+    pub fn deliver(&self, item: CallbackParam) -> Delivery {
+        let mut s = lock(&self.inner);
+        if let Some(how) = s.settled.get(&item.log_id) {
+            return Delivery::Late(how.clone());
+        }
+        let Some(tx) = s.waiting.remove(&item.log_id) else {
+            return Delivery::Unknown;
+        };
+        s.settle(item.log_id, Settled::Reported);
+        match tx.send(item) {
+            Ok(()) => Delivery::Delivered,
+            // The run stopped waiting between the two steps.
+            Err(_) => Delivery::Late(Settled::GaveUp("the run stopped waiting".to_owned())),
+        }
+    }
+}
+
+/// What the executor-facing endpoints share.
+#[derive(Debug)]
+pub struct AdminSide {
+    /// Who is registered.
+    pub registry: Registry,
+    /// Who waits for a result.
+    pub callbacks: Callbacks,
+    token: Option<String>,
+}
+
+impl AdminSide {
+    /// `token`: the access token executors must send (none or blank: not checked, as XXL-JOB).
+    pub fn new(token: Option<String>, dead_after: Duration) -> Self {
+        Self {
+            registry: Registry::new(dead_after),
+            callbacks: Callbacks::default(),
+            token: token.filter(|t| !t.trim().is_empty()),
+        }
+    }
+
+    fn token_ok(&self, headers: &HeaderMap) -> bool {
+        let Some(want) = &self.token else {
+            return true;
+        };
+        let got = headers
+            .get(ACCESS_TOKEN_HEADER)
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        constant_time_eq(got, want.as_bytes())
+    }
+}
+
+/// Compares without an early exit, so the time taken does not tell how much of a guess matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The router executors call. Mounted anywhere: it answers any path ending in
+/// `/api/registry`, `/api/registryRemove` or `/api/callback`, so both `http://bridge:9700/` and
+/// `http://bridge:9700/xxl-job-admin/` work as an executor's admin address.
+pub fn router(state: Arc<AdminSide>) -> axum::Router {
+    axum::Router::new().fallback(answer).with_state(state)
+}
+
+async fn answer(
+    State(state): State<Arc<AdminSide>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Json<ReturnT> {
+    Json(handle(&state, &method, uri.path(), &headers, &body))
+}
+
+fn handle(
+    state: &AdminSide,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ReturnT {
+    let Some((_, uri)) = path.rsplit_once("/api/") else {
+        return ReturnT::fail(format!("invalid request, uri-mapping({path}) not found."));
+    };
+    if method != Method::POST {
+        return ReturnT::fail("invalid request, HttpMethod not support.");
+    }
+    if !state.token_ok(headers) {
+        return ReturnT::fail("The access token is wrong.");
+    }
+    match uri {
+        "registry" | "registryRemove" => {
+            let p: RegistryParam = match serde_json::from_slice(body) {
+                Ok(p) => p,
+                Err(e) => return ReturnT::fail(format!("invalid registry body: {e}")),
+            };
+            if p.registry_group.trim().is_empty()
+                || p.registry_key.trim().is_empty()
+                || p.registry_value.trim().is_empty()
+            {
+                return ReturnT::fail("Illegal Argument.");
+            }
+            if uri == "registry" {
+                state.registry.beat(&p.registry_key, &p.registry_value);
+            } else {
+                tracing::info!(app = %p.registry_key, address = %p.registry_value, "xxl executor deregistered");
+                state.registry.remove(&p.registry_key, &p.registry_value);
+            }
+            ReturnT::success()
+        }
+        "callback" => {
+            let items: Vec<CallbackParam> = match serde_json::from_slice(body) {
+                Ok(items) => items,
+                Err(e) => return ReturnT::fail(format!("invalid callback body: {e}")),
+            };
+            for item in items {
+                let log_id = item.log_id;
+                match state.callbacks.deliver(item) {
+                    Delivery::Delivered => {}
+                    Delivery::Late(Settled::Reported) => {
+                        tracing::debug!(log_id, "xxl callback repeated; the first result stands");
+                    }
+                    Delivery::Late(Settled::GaveUp(why)) => {
+                        tracing::info!(log_id, %why, "xxl callback after the run was settled; not counted again");
+                    }
+                    Delivery::Unknown => {
+                        tracing::warn!(log_id, "xxl callback for a run this bridge does not know");
+                    }
+                }
+            }
+            ReturnT::success()
+        }
+        other => ReturnT::fail(format!("invalid request, uri-mapping({other}) not found.")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn post(
+        state: &AdminSide,
+        path: &str,
+        token: Option<&str>,
+        body: serde_json::Value,
+    ) -> ReturnT {
+        let mut headers = HeaderMap::new();
+        if let Some(t) = token {
+            headers.insert(ACCESS_TOKEN_HEADER, t.parse().unwrap());
+        }
+        handle(
+            state,
+            &Method::POST,
+            path,
+            &headers,
+            body.to_string().as_bytes(),
+        )
+    }
+
+    fn registry(app: &str, address: &str) -> serde_json::Value {
+        json!({"registryGroup": "EXECUTOR", "registryKey": app, "registryValue": address})
+    }
+
+    #[test]
+    fn registry_needs_the_token_and_forgets_silent_addresses() {
+        let s = AdminSide::new(Some("s3cret".into()), Duration::from_millis(200));
+        let r = post(
+            &s,
+            "/xxl-job-admin/api/registry",
+            Some("wrong"),
+            registry("billing", "http://a:1/"),
+        );
+        assert_eq!(
+            (r.code, r.message().as_deref()),
+            (500, Some("The access token is wrong."))
+        );
+        let r = post(
+            &s,
+            "/api/registry",
+            None,
+            registry("billing", "http://a:1/"),
+        );
+        assert_eq!(r.code, 500);
+        assert!(s.registry.addresses("billing").is_empty());
+
+        for a in ["http://b:2", "http://a:1/"] {
+            let r = post(
+                &s,
+                "/xxl-job-admin/api/registry",
+                Some("s3cret"),
+                registry("billing", a),
+            );
+            assert_eq!(r.code, 200, "{r:?}");
+        }
+        assert_eq!(
+            s.registry.addresses("billing"),
+            ["http://a:1", "http://b:2"]
+        );
+        let r = post(
+            &s,
+            "/api/registryRemove",
+            Some("s3cret"),
+            registry("billing", "http://b:2/"),
+        );
+        assert_eq!(r.code, 200);
+        assert_eq!(s.registry.addresses("billing"), ["http://a:1"]);
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(s.registry.addresses("billing").is_empty());
+
+        let r = post(
+            &s,
+            "/api/registry",
+            Some("s3cret"),
+            registry("", "http://a:1"),
+        );
+        assert_eq!(r.message().as_deref(), Some("Illegal Argument."));
+        let r = post(&s, "/api/nothing", Some("s3cret"), json!({}));
+        assert_eq!(r.code, 500);
+        let r = handle(&s, &Method::GET, "/api/registry", &HeaderMap::new(), b"");
+        assert_eq!(r.code, 500);
+    }
+
+    #[test]
+    fn first_callback_wins_and_late_ones_are_recognised() {
+        let s = AdminSide::new(None, DEFAULT_DEAD_AFTER);
+        let mut rx = s.callbacks.expect(7);
+        let cb = |code: i64, msg: &str| json!([{"logId": 7, "logDateTim": 1, "handleCode": code, "handleMsg": msg}]);
+        assert_eq!(post(&s, "/api/callback", None, cb(200, "done")).code, 200);
+        let got = rx.try_recv().unwrap();
+        assert_eq!(
+            (got.handle_code, got.message().as_deref()),
+            (200, Some("done"))
+        );
+        // pyxxl repeats a callback with 500 when an answer displeased it: not counted.
+        post(&s, "/api/callback", None, cb(500, "again"));
+        assert_eq!(
+            s.callbacks
+                .deliver(serde_json::from_value(cb(500, "x")[0].clone()).unwrap()),
+            Delivery::Late(Settled::Reported)
+        );
+
+        let _rx = s.callbacks.expect(8);
+        s.callbacks.give_up(8, "timed out after 1s");
+        let late = CallbackParam {
+            log_id: 8,
+            log_date_tim: 0,
+            handle_code: 200,
+            handle_msg: json!("ok"),
+        };
+        assert_eq!(
+            s.callbacks.deliver(late.clone()),
+            Delivery::Late(Settled::GaveUp("timed out after 1s".into()))
+        );
+        assert_eq!(
+            s.callbacks.deliver(CallbackParam { log_id: 9, ..late }),
+            Delivery::Unknown
+        );
+        // A body that is not a list of callbacks is refused, not half read.
+        assert_eq!(
+            post(&s, "/api/callback", None, json!({"logId": 1})).code,
+            500
+        );
+    }
+}
