@@ -26,6 +26,9 @@ SCHEMATHESIS_BIN="$CADENZA_HOME/schemathesis/bin/schemathesis"
 # prometheus-client (PyPI): its OpenMetrics parser reads the metrics in the metrics test.
 PROMPARSE_VERSION="0.26.0"
 PROMPARSE_PYTHON="$CADENZA_HOME/promparse/bin/python"
+# pyxxl (PyPI), a third-party XXL-JOB executor: the xxl bridge's tests run jobs on it.
+PYXXL_VERSION="0.4.8"
+PYXXL_PYTHON="$CADENZA_HOME/pyxxl/bin/python"
 # playwright-core (npm), which drives Debian's chromium in the console's browser test.
 PLAYWRIGHT_VERSION="1.65.1"
 E2E_DIR="$CADENZA_HOME/e2e"
