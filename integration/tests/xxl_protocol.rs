@@ -191,7 +191,7 @@ async fn pyxxl_executor_speaks_with_cadenza() {
         .unwrap();
     wait_for_port(port2, Duration::from_secs(20)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(side.registry.addresses("billing-app"), [address.clone()]);
+    assert_eq!(side.registry.addresses("billing-app"), [address.as_str()]);
     intruder.kill_9().unwrap();
 
     // Stopped gracefully, it deregisters.
