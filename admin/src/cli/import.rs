@@ -12,7 +12,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::{line, note, schedule_text, CliError, Client, Output};
-use crate::import::files::{self, Located, Problem};
+use crate::import::files::{self, Located};
 use crate::import::xxl;
 
 #[derive(Debug, Subcommand)]
@@ -52,6 +52,15 @@ pub struct XxlArgs {
     /// stopped running them).
     #[arg(long)]
     all_disabled: bool,
+}
+
+/// A row of a file that cannot be read.
+struct Unreadable {
+    /// The file's name as given.
+    file: String,
+    /// Where in it: `line 7`, `element 3`.
+    at: String,
+    message: String,
 }
 
 fn parse_handler(s: &str) -> Result<(String, String), String> {
@@ -99,19 +108,21 @@ pub async fn run(client: &Client, out: &Output, cmd: ImportCmd) -> Result<(), Cl
             shown(&a.file)
         ))
     })?;
-    let mut problems: Vec<Problem> = export
+    let mut problems: Vec<Unreadable> = export
         .problems
         .into_iter()
-        .map(|p| Problem {
-            at: format!("{} {}", shown(&a.file), p.at),
+        .map(|p| Unreadable {
+            file: shown(&a.file),
+            at: p.at,
             message: p.message,
         })
         .collect();
     let mut groups = export.groups;
     if let Some(path) = &a.groups {
         let g = read_file(path, files::Table::Groups)?;
-        problems.extend(g.problems.into_iter().map(|p| Problem {
-            at: format!("{} {}", shown(path), p.at),
+        problems.extend(g.problems.into_iter().map(|p| Unreadable {
+            file: shown(path),
+            at: p.at,
             message: p.message,
         }));
         groups = Some(g.groups.ok_or_else(|| {
@@ -120,7 +131,10 @@ pub async fn run(client: &Client, out: &Output, cmd: ImportCmd) -> Result<(), Cl
     }
     if jobs.is_empty() {
         if let Some(p) = problems.first() {
-            return Err(CliError::Input(format!("{}: {}", p.at, p.message)));
+            return Err(CliError::Input(format!(
+                "{} {}: {}",
+                p.file, p.at, p.message
+            )));
         }
         return Err(CliError::Input(format!(
             "{} holds no xxl_job_info rows",
@@ -227,24 +241,23 @@ fn print_report(
     out: &Output,
     a: &XxlArgs,
     jobs: &[Located],
-    problems: &[Problem],
+    problems: &[Unreadable],
     report: &Value,
 ) -> Result<(), CliError> {
+    // Where a row of the report is in the jobs file: `line 7`.
     let at = |r: &Value| -> String {
         r["row"]
             .as_u64()
             .and_then(|i| jobs.get((i as usize).checked_sub(1)?))
-            .map_or_else(
-                || format!("row {}", r["row"]),
-                |l| format!("{} {}", shown(&a.file), l.at),
-            )
+            .map_or_else(|| format!("row {}", r["row"]), |l| l.at.clone())
     };
+    let file = shown(&a.file);
     if out.json {
         let mut whole = report.clone();
         if !problems.is_empty() {
             whole["file_errors"] = problems
                 .iter()
-                .map(|p| json!({"at": p.at, "message": p.message}))
+                .map(|p| json!({"file": p.file, "at": p.at, "message": p.message}))
                 .collect();
         }
         for r in whole["rows"].as_array_mut().into_iter().flatten() {
@@ -280,7 +293,11 @@ fn print_report(
     }
     for p in problems {
         t.add_row([
-            p.at.clone(),
+            if p.file == file {
+                p.at.clone()
+            } else {
+                format!("{} {}", p.file, p.at)
+            },
             String::new(),
             String::new(),
             "error".to_owned(),
@@ -297,8 +314,11 @@ fn print_report(
         .filter_map(Value::as_str)
         .collect();
     if !serve.is_empty() {
-        line("\nWorkers serving these jobs need:")?;
-        line(format!("  cadenza-worker {}", serve.join(" ")))?;
+        line("\nWorkers serving these jobs need:\n  cadenza-worker \\")?;
+        for (i, s) in serve.iter().enumerate() {
+            let more = if i + 1 < serve.len() { " \\" } else { "" };
+            line(format!("    {s}{more}"))?;
+        }
     }
     for r in rows {
         for n in r["notes"]
@@ -307,12 +327,16 @@ fn print_report(
             .flatten()
             .filter_map(Value::as_str)
         {
-            line(format!("note: {} (xxl id {}): {n}", at(r), r["xxl_id"]))?;
+            line(format!(
+                "note: {file} {} (xxl id {}): {n}",
+                at(r),
+                r["xxl_id"]
+            ))?;
         }
     }
     // Every problem in full, naming the row and the column.
     for p in problems {
-        note(format_args!("error: {}: {}", p.at, p.message));
+        note(format_args!("error: {} {}: {}", p.file, p.at, p.message));
     }
     for r in rows.iter().filter(|r| r["outcome"] == "error") {
         let id = r["xxl_id"]
@@ -320,14 +344,14 @@ fn print_report(
             .map(|i| format!(" (xxl id {i})"))
             .unwrap_or_default();
         for e in row_errors(r) {
-            note(format_args!("error: {}{id}: {e}", at(r)));
+            note(format_args!("error: {file} {}{id}: {e}", at(r)));
         }
     }
     for g in report["group_errors"].as_array().into_iter().flatten() {
-        let file = a.groups.as_deref().unwrap_or(&a.file);
+        let groups = a.groups.as_deref().unwrap_or(&a.file);
         note(format_args!(
             "error: {} group row {}: {}: {}",
-            shown(file),
+            shown(groups),
             g["row"],
             g["column"].as_str().unwrap_or_default(),
             g["message"].as_str().unwrap_or_default()
@@ -337,13 +361,13 @@ fn print_report(
     let before = report["already_imported"].as_u64().unwrap_or(0);
     let errors = report["errors"].as_u64().unwrap_or(0) + problems.len() as u64;
     let tz = report["timezone"].as_str().unwrap_or("UTC");
-    let summary = if report["dry_run"] == true {
+    let summary = if errors > 0 && !a.dry_run {
+        format!("nothing imported: {errors} rows cannot be imported")
+    } else if report["dry_run"] == true {
         format!(
             "dry run: {create} to create, {before} already imported, {errors} cannot be imported; \
              nothing was written (cron in {tz})"
         )
-    } else if errors > 0 {
-        format!("nothing imported: {errors} rows cannot be imported")
     } else {
         format!(
             "imported {create} jobs from source {:?} ({before} imported before; cron in {tz})",
