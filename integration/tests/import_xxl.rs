@@ -324,6 +324,20 @@ async fn an_xxl_job_export_becomes_jobs_through_the_api() {
         "{other}"
     );
 
+    // Two imports of the same rows at once create them once.
+    let race = request(&export, json!({"source": "xxl-race"}));
+    let (a, b) = tokio::join!(
+        api.post_json("/api/import/xxl-job", &race),
+        api.post_json("/api/import/xxl-job", &race)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!((a.0.as_u16(), b.0.as_u16()), (200, 200), "{} {}", a.1, b.1);
+    let mut created = [a.1["create"].as_i64(), b.1["create"].as_i64()];
+    created.sort_unstable();
+    assert_eq!(created, [Some(0), Some(10)], "{} {}", a.1, b.1);
+    assert_eq!(jobs(api).await.len(), 20);
+    assert_eq!(import_audits(api).await.len(), 2);
+
     // A file with rows that cannot be imported: each is named, and nothing is written.
     let bad = read_json("export_bad.json");
     for dry_run in [true, false] {
@@ -385,8 +399,8 @@ async fn an_xxl_job_export_becomes_jobs_through_the_api() {
         );
         assert_eq!(row(&report, 27)["outcome"], "create");
     }
-    assert_eq!(jobs(api).await.len(), 10, "a refused import writes nothing");
-    assert_eq!(import_audits(api).await.len(), 1);
+    assert_eq!(jobs(api).await.len(), 20, "a refused import writes nothing");
+    assert_eq!(import_audits(api).await.len(), 2);
 
     // A request the import cannot even read is refused naming the field.
     let (status, answer) = api

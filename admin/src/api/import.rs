@@ -264,6 +264,10 @@ pub async fn xxl_job(
     if report.errors > 0 {
         return Ok(rejected(report));
     }
+    if report.create == 0 {
+        // A concurrent import created them all: nothing to write.
+        return Ok(Json(report).into_response());
+    }
     let mut new_ids: HashMap<i64, i64> = HashMap::new();
     let mut created = Vec::new();
     for r in &mut report.rows {
