@@ -25,6 +25,7 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod guard;
+pub mod import;
 pub mod ingest;
 pub mod jobs;
 pub mod kafka;

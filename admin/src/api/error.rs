@@ -42,6 +42,9 @@ pub enum ErrorCode {
     NothingToReplay,
     /// 422: the replay selects more runs than `max_runs` allows.
     ReplayTooLarge,
+    /// 422: an import has rows that cannot be imported; its `report` names each with the reason,
+    /// and nothing was written.
+    ImportRejected,
     /// 429: too many failed sign-ins for this name or address; `Retry-After` says when to retry.
     TooManyAttempts,
     /// 500: a defect; the admin's log has the details.
@@ -70,6 +73,7 @@ impl ErrorCode {
             ErrorCode::InvalidField => "invalid_field",
             ErrorCode::NothingToReplay => "nothing_to_replay",
             ErrorCode::ReplayTooLarge => "replay_too_large",
+            ErrorCode::ImportRejected => "import_rejected",
             ErrorCode::TooManyAttempts => "too_many_attempts",
             ErrorCode::Internal => "internal",
             ErrorCode::DatabaseUnavailable => "database_unavailable",

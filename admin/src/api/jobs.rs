@@ -104,7 +104,7 @@ async fn prepare(
     Ok(schedule)
 }
 
-fn bind_spec<'q>(
+pub(super) fn bind_spec<'q>(
     q: sqlx::query::QueryAs<'q, Postgres, JobRow, sqlx::postgres::PgArguments>,
     spec: &'q JobSpec,
     next_fire_at: Option<DateTime<Utc>>,

@@ -5,6 +5,7 @@ mod alarms;
 mod audit;
 mod doc;
 mod error;
+mod import;
 mod input;
 mod jobs;
 mod replay;
@@ -243,6 +244,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Write, routes!(jobs::enable)),
         (Write, routes!(jobs::disable)),
         (Write, routes!(jobs::trigger)),
+        (Write, routes!(import::xxl_job)),
         (Read, routes!(schedules::preview)),
         (Read, routes!(triggers::list)),
         (Read, routes!(triggers::get)),

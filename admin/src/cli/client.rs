@@ -22,6 +22,9 @@ pub enum CliError {
     Unreachable { url: String, reason: String },
     #[error("{0}")]
     Usage(String),
+    /// The input (a file to import) cannot be used; the message names the row and field.
+    #[error("{0}")]
+    Input(String),
     /// Writing the output failed (a closed pipe is not reported: see [`super::main`]).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
@@ -96,6 +99,21 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, CliError> {
+        let (status, value) = self.exchange(method, path, body).await?;
+        if status.is_success() {
+            return Ok(value);
+        }
+        Err(Self::api_error(status, &value))
+    }
+
+    /// Sends a request; the status and the JSON answer, whatever the status (an answer that is
+    /// not JSON is a string). Only a transport failure is an error.
+    pub async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), CliError> {
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
         if let Some(t) = &self.token {
@@ -118,9 +136,11 @@ impl Client {
         } else {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
         };
-        if status.is_success() {
-            return Ok(value);
-        }
+        Ok((status, value))
+    }
+
+    /// The admin's error answer as a [`CliError`].
+    pub fn api_error(status: StatusCode, value: &Value) -> CliError {
         let code = value["error"]["code"]
             .as_str()
             .unwrap_or("http_error")
@@ -132,11 +152,11 @@ impl Client {
         if status == StatusCode::UNAUTHORIZED {
             message.push_str(" (set CADENZA_API_TOKEN, --token, or token in the config file)");
         }
-        Err(CliError::Api {
+        CliError::Api {
             status,
             code,
             message,
-        })
+        }
     }
 
     pub async fn get(&self, path: &str) -> Result<Value, CliError> {

@@ -4,6 +4,7 @@
 //! in that order.
 
 mod client;
+mod import;
 mod replay;
 
 use std::io::Write;
@@ -55,6 +56,9 @@ enum Command {
     Workers,
     /// Re-run triggers read back from a job type's topic.
     Replay(replay::ReplayArgs),
+    /// Import job definitions from another scheduler (XXL-JOB).
+    #[command(subcommand)]
+    Import(import::ImportCmd),
     /// Schedules: the next fire times of one, as the admin computes them.
     #[command(subcommand)]
     Schedule(ScheduleCmd),
@@ -257,6 +261,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Replay(args) => replay::run(&client, &out, args).await,
+        Command::Import(cmd) => import::run(&client, &out, cmd).await,
         Command::Schedule(ScheduleCmd::Preview {
             expr,
             timezone,
