@@ -425,8 +425,9 @@ async function runPage(id) {
   const run = await api("GET", `/api/triggers/${id}`);
   const log = h("pre", { class: "log", "aria-live": "polite" }, run.log || "");
   const status = h("div", { role: "status" });
+  // Offered while the run can be cancelled; a run still publishing gets it once it can.
   const cancel =
-    canWrite() && CANCELLABLE.has(run.status)
+    canWrite() && !ENDED.has(run.status)
       ? h(
           "div",
           { class: "actions" },
@@ -452,6 +453,7 @@ async function runPage(id) {
           ),
         )
       : null;
+  if (cancel) cancel.hidden = !CANCELLABLE.has(run.status);
   show(
     h("div", { class: "page-head" }, h("h1", {}, `Run ${run.id} `, badge(run.status)), cancel),
     status,
@@ -493,7 +495,7 @@ async function runPage(id) {
     events.addEventListener("status", (e) => {
       const badgeNow = document.querySelector("#view h1 .badge");
       if (badgeNow) badgeNow.replaceWith(badge(e.data));
-      if (cancel && !CANCELLABLE.has(e.data)) cancel.remove();
+      if (cancel) cancel.hidden = !CANCELLABLE.has(e.data);
     });
     events.addEventListener("end", () => {
       events.close();
