@@ -224,8 +224,12 @@ try {
   await check("the job list searches by name", async () => {
     await page.getByRole("link", { name: "Jobs", exact: true }).click();
     await page.getByRole("searchbox", { name: "Name" }).fill("CONSOLE");
+    // The page shows "Loading…" before it asks for the list: once the search's answer is in,
+    // the first row is the new table's, not the old one's.
+    const listed = page.waitForResponse((r) => /\/api\/jobs\?.*name=CONSOLE/.test(r.url()));
     await page.getByRole("button", { name: "Search" }).click();
     await page.waitForURL(/name=CONSOLE/);
+    await listed;
     await page.locator("tbody tr").first().waitFor();
     assert.equal(await page.locator("tbody tr").count(), 1);
     await shot(page, "jobs");
