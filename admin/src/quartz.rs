@@ -38,8 +38,6 @@ pub struct QuartzCron {
     /// `L-n` / `L-nW` in day-of-month, which croner cannot express: croner then matches every
     /// day and [`QuartzCron::next_after`] keeps this one.
     last_offset: Option<LastOffset>,
-    /// The expression croner was given (for messages and tests).
-    rendered: String,
 }
 
 /// `L-n`, or `L-nW` when `weekday` (the weekday nearest to that day, within the month).
@@ -493,11 +491,7 @@ impl QuartzCron {
             .build()
             .parse(&rendered)
             .map_err(|e| format!("is not valid: {e}"))?;
-        Ok(Self {
-            cron,
-            last_offset,
-            rendered,
-        })
+        Ok(Self { cron, last_offset })
     }
 
     /// The first matching wall-clock time strictly after `t` (fractions of a second ignored),
@@ -528,11 +522,6 @@ impl QuartzCron {
             }
         }
         None
-    }
-
-    /// The expression as croner reads it.
-    pub fn rendered(&self) -> &str {
-        &self.rendered
     }
 }
 

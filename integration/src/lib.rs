@@ -44,6 +44,7 @@
 mod api;
 mod bins;
 mod broker;
+mod cli;
 mod cluster;
 mod kafka;
 mod postgres;
@@ -57,6 +58,7 @@ mod wait;
 pub use api::ApiClient;
 pub use bins::{bin_dir, cadenza_bin, cadenza_home, tansu_bin};
 pub use broker::Broker;
+pub use cli::{run_cli, CliOut};
 pub use cluster::{AdminHandle, Cluster, WorkerHandle};
 pub use kafka::{
     client_config, create_topic, list_topics, produce, read_topic, read_topic_to,

@@ -6,44 +6,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cadenza_integration::{cadenza_bin, Cluster};
+use cadenza_integration::{cadenza_bin, run_cli, CliOut, Cluster};
 use chrono::Utc;
 use serde_json::Value;
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
-    }
-}
-
 /// Runs `cadenza args…` with `HOME` = `home` (so only its config file is read) and `env`.
-async fn cadenza(home: &Path, env: &[(&str, &str)], args: &[&str]) -> Out {
-    let mut cmd = tokio::process::Command::new(cadenza_bin("cadenza").unwrap());
-    cmd.args(args)
-        .env("HOME", home)
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("CADENZA_URL")
-        .env_remove("CADENZA_API_TOKEN")
-        .env_remove("CADENZA_CONFIG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("cadenza finished within 60 s")
-        .unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+async fn cadenza(home: &Path, env: &[(&str, &str)], args: &[&str]) -> CliOut {
+    run_cli(home, env, args).await.unwrap()
 }
 
 #[tokio::test]

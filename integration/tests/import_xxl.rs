@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cadenza_integration::{cadenza_bin, ApiClient, Cluster};
+use cadenza_integration::{run_cli, ApiClient, CliOut, Cluster};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -420,30 +420,10 @@ async fn an_xxl_job_export_becomes_jobs_through_the_api() {
     );
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cadenza args…` against the admin, in `dir` (the fixtures are given by path).
-async fn cadenza(admin_url: &str, token: &str, args: &[&str]) -> Out {
-    let mut cmd = tokio::process::Command::new(cadenza_bin("cadenza").unwrap());
-    cmd.args(args)
-        .env("CADENZA_URL", admin_url)
-        .env("CADENZA_API_TOKEN", token)
-        .env("HOME", std::env::temp_dir())
-        .env_remove("XDG_CONFIG_HOME")
-        .env_remove("CADENZA_CONFIG");
-    let out = tokio::time::timeout(WAIT, cmd.output())
-        .await
-        .expect("cadenza finished within 60 s")
-        .unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+/// Runs `cadenza args…` against the admin (the fixtures are given by path).
+async fn cadenza(admin_url: &str, token: &str, args: &[&str]) -> CliOut {
+    let env = [("CADENZA_URL", admin_url), ("CADENZA_API_TOKEN", token)];
+    run_cli(&std::env::temp_dir(), &env, args).await.unwrap()
 }
 
 fn path(p: &Path) -> &str {

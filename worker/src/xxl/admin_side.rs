@@ -61,11 +61,6 @@ impl Registry {
         }
     }
 
-    /// Forgets `address` of `app` at once, as if its beats had stopped (it failed a call).
-    pub fn mark_dead(&self, app: &str, address: &str) {
-        self.remove(app, address);
-    }
-
     /// The live addresses of `app`, sorted (XXL-JOB sorts them too: `FIRST`, `LAST` and the
     /// broadcast index depend on it).
     pub fn addresses(&self, app: &str) -> Vec<String> {
