@@ -130,6 +130,7 @@ async fn read_back_resolves_earlier_holders_runs_only_and_survives_a_bad_partiti
         shard_index: 0,
         shard_total: 1,
         routed_worker: None,
+        route: None,
         published_at: Utc::now(),
     });
     let topic = cluster.topics().trigger(&job_type);

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{JobId, JobType, TriggerId, WorkerId};
-use crate::strategy::{BlockStrategy, RunStatus, TriggerKind};
+use crate::strategy::{BlockStrategy, RouteStrategy, RunStatus, TriggerKind};
 
 /// A record on a trigger topic `<prefix>.trigger.<job_type>`.
 ///
@@ -53,6 +53,10 @@ pub struct TriggerMessage {
     /// The worker the partition selector chose, if any worker was live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routed_worker: Option<WorkerId>,
+    /// The job's route strategy (the `xxl` bridge routes among executor addresses by it).
+    /// Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteStrategy>,
     /// When the admin produced this record.
     pub published_at: DateTime<Utc>,
 }

@@ -1,4 +1,5 @@
-//! Built-in handlers of the `cadenza-worker` binary, and the `--serve job_type=builtin` spec.
+//! Built-in handlers of the `cadenza-worker` binary, and the `--serve job_type=builtin` spec
+//! (`--serve job_type=xxl:APP/HANDLER` runs the job on an XXL-JOB executor: [`crate::xxl::bridge`]).
 //!
 //! | builtin | params | outcome |
 //! |---|---|---|
@@ -26,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::handler::{Handler, Outcome, RunContext, RunLog};
 use crate::net_policy::{self, AddressPolicy};
+use crate::xxl::bridge::{XxlTarget, XxlTargetError};
 
 /// The built-in handlers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,6 +113,7 @@ fn known() -> String {
     Builtin::ALL
         .iter()
         .map(|b| b.name())
+        .chain(["xxl:APP/HANDLER"])
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -141,6 +144,14 @@ pub enum ServeSpecError {
         /// The builtins that exist.
         known: String,
     },
+    /// `xxl:` without a valid `APP/HANDLER`.
+    #[error("bad xxl target in {spec:?}: {source}")]
+    Xxl {
+        /// The whole entry.
+        spec: String,
+        /// What is wrong with it.
+        source: XxlTargetError,
+    },
 }
 
 impl FromStr for Builtin {
@@ -155,13 +166,31 @@ impl FromStr for Builtin {
     }
 }
 
-/// One `job_type=builtin` entry of `--serve`.
+/// What serves a job type in `--serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    /// A builtin handler.
+    Builtin(Builtin),
+    /// A handler of an XXL-JOB executor app, through the bridge.
+    Xxl(XxlTarget),
+}
+
+impl fmt::Display for Served {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Served::Builtin(b) => write!(f, "{b}"),
+            Served::Xxl(t) => write!(f, "xxl:{t}"),
+        }
+    }
+}
+
+/// One `job_type=builtin` (or `job_type=xxl:APP/HANDLER`) entry of `--serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeSpec {
     /// The job type to serve.
     pub job_type: JobType,
-    /// The builtin serving it.
-    pub builtin: Builtin,
+    /// What serves it.
+    pub served: Served,
 }
 
 impl FromStr for ServeSpec {
@@ -178,18 +207,25 @@ impl FromStr for ServeSpec {
             job_type: job_type.to_owned(),
             source,
         })?;
-        let builtin = name.parse().map_err(|_| ServeSpecError::UnknownBuiltin {
-            spec: spec.to_owned(),
-            name: name.to_owned(),
-            known: known(),
-        })?;
-        Ok(ServeSpec { job_type, builtin })
+        let served = if let Some(target) = name.strip_prefix("xxl:") {
+            Served::Xxl(target.parse().map_err(|source| ServeSpecError::Xxl {
+                spec: spec.to_owned(),
+                source,
+            })?)
+        } else {
+            Served::Builtin(name.parse().map_err(|_| ServeSpecError::UnknownBuiltin {
+                spec: spec.to_owned(),
+                name: name.to_owned(),
+                known: known(),
+            })?)
+        };
+        Ok(ServeSpec { job_type, served })
     }
 }
 
 impl fmt::Display for ServeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}", self.job_type, self.builtin)
+        write!(f, "{}={}", self.job_type, self.served)
     }
 }
 
@@ -581,12 +617,27 @@ mod tests {
             "demo.echo=noop".parse::<ServeSpec>().unwrap(),
             ServeSpec {
                 job_type: JobType::parse("demo.echo").unwrap(),
-                builtin: Builtin::Noop
+                served: Served::Builtin(Builtin::Noop)
             }
         );
         assert_eq!(
-            " a = shell ".parse::<ServeSpec>().unwrap().builtin,
-            Builtin::Shell
+            " a = shell ".parse::<ServeSpec>().unwrap().served,
+            Served::Builtin(Builtin::Shell)
+        );
+        let xxl = "billing.invoice=xxl:billing-app/invoiceJobHandler"
+            .parse::<ServeSpec>()
+            .unwrap();
+        assert_eq!(
+            xxl.to_string(),
+            "billing.invoice=xxl:billing-app/invoiceJobHandler"
+        );
+        let e = "b=xxl:billing-app"
+            .parse::<ServeSpec>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("bad xxl target in \"b=xxl:billing-app\""),
+            "{e}"
         );
         assert_eq!(
             "demo.echo".parse::<ServeSpec>().unwrap_err().to_string(),
@@ -598,7 +649,7 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "unknown builtin \"teleport\" in \"demo=teleport\"; expected one of: noop, sleep, fail, shell, http"
+            "unknown builtin \"teleport\" in \"demo=teleport\"; expected one of: noop, sleep, fail, shell, http, xxl:APP/HANDLER"
         );
         let e = "bad type=noop"
             .parse::<ServeSpec>()

@@ -7,7 +7,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cadenza_schemas::{JobId, JobType, TriggerId, TriggerKind, TriggerMessage};
+use cadenza_schemas::{
+    BlockStrategy, JobId, JobType, RouteStrategy, TriggerId, TriggerKind, TriggerMessage,
+};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use tokio::task::JoinError;
@@ -136,6 +138,11 @@ pub struct RunContext {
     pub fire_time: DateTime<Utc>,
     /// The run's timeout, if it has one (the worker enforces it).
     pub timeout: Option<Duration>,
+    /// The job's block strategy (the worker has applied it already).
+    pub block: BlockStrategy,
+    /// The job's route strategy, when the admin sent it (the `xxl` bridge routes among executor
+    /// addresses by it).
+    pub route: Option<RouteStrategy>,
     /// Fires when the run should stop: timeout, `cover_early`, or shutdown hand-back.
     pub cancel: CancellationToken,
     log: RunLog,
@@ -155,6 +162,8 @@ impl RunContext {
             shard_total: trigger.shard_total,
             fire_time: trigger.fire_time,
             timeout: (trigger.timeout_ms > 0).then(|| Duration::from_millis(trigger.timeout_ms)),
+            block: trigger.block,
+            route: trigger.route,
             cancel,
             log,
         }

@@ -662,6 +662,7 @@ pub(crate) mod testing {
             shard_index: 0,
             shard_total: 1,
             routed_worker: None,
+            route: None,
             published_at: DateTime::UNIX_EPOCH,
         }
     }

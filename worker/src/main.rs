@@ -3,14 +3,16 @@
 //! ```text
 //! cadenza-worker --serve demo.echo=noop --serve ops.backup=shell
 //! CADENZA_SERVE=demo.echo=noop,demo.wait=sleep cadenza-worker
+//! cadenza-worker --serve billing.invoice=xxl:billing-app/invoiceJobHandler --xxl-listen 0.0.0.0:9700
 //! ```
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cadenza_worker::builtin::{BuiltinOptions, ServeSpec, HTTP_SETTINGS};
+use cadenza_worker::builtin::{BuiltinOptions, ServeSpec, Served, HTTP_SETTINGS};
 use cadenza_worker::net_policy::{self, AddressPolicy, NetList};
+use cadenza_worker::xxl::bridge::{Bridge, BridgeOptions};
 use cadenza_worker::{CancellationToken, Worker, DEFAULT_BROKERS, DEFAULT_GROUP};
 use clap::{CommandFactory, Parser};
 
@@ -81,7 +83,8 @@ struct Cli {
     #[arg(long, env = "CADENZA_METRICS_LISTEN", value_name = "ADDR:PORT")]
     metrics_listen: Option<std::net::SocketAddr>,
     /// JOB_TYPE=BUILTIN to serve (repeatable, or comma separated). Builtins: noop, sleep, fail,
-    /// shell, http.
+    /// shell, http, and xxl:APP/HANDLER (the handler HANDLER of the XXL-JOB executor app APP,
+    /// through the bridge).
     #[arg(
         long = "serve",
         env = "CADENZA_SERVE",
@@ -90,6 +93,29 @@ struct Cli {
         required = true
     )]
     serve: Vec<ServeSpec>,
+    /// Where the XXL-JOB bridge listens for executors (their admin address:
+    /// `xxl.job.admin.addresses=http://ADDR:PORT/`), when an xxl: job type is served. Loopback
+    /// unless set: give an address executors on other machines can reach.
+    #[arg(
+        long,
+        env = "CADENZA_XXL_LISTEN",
+        value_name = "ADDR:PORT",
+        default_value = "127.0.0.1:9700"
+    )]
+    xxl_listen: std::net::SocketAddr,
+    /// The access token of the XXL-JOB bridge: sent to executors and required from them
+    /// (`xxl.job.accessToken`). Unset: none, as XXL-JOB.
+    #[arg(long, env = "CADENZA_XXL_ACCESS_TOKEN", hide_env_values = true)]
+    xxl_access_token: Option<String>,
+    /// How long an executor address stays registered after its last beat, in milliseconds (its
+    /// runs then go to another address).
+    #[arg(long, env = "CADENZA_XXL_DEAD_AFTER_MS", default_value_t = 90_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    xxl_dead_after_ms: u64,
+    /// How long a run of an xxl: job type waits for a first executor of its app to register,
+    /// in milliseconds, before it fails.
+    #[arg(long, env = "CADENZA_XXL_ADDRESS_WAIT_MS", default_value_t = 10_000)]
+    xxl_address_wait_ms: u64,
 }
 
 fn http_allow(s: &str) -> Result<NetList, String> {
@@ -173,17 +199,64 @@ async fn main() -> anyhow::Result<()> {
             HTTP_SETTINGS,
         ),
     };
+    // Cheap when unused (an HTTP client); it listens only when an xxl: job type is served.
+    let bridge = Bridge::new(BridgeOptions {
+        token: cli.xxl_access_token.clone(),
+        dead_after: Duration::from_millis(cli.xxl_dead_after_ms),
+        address_wait: Duration::from_millis(cli.xxl_address_wait_ms),
+        ..BridgeOptions::default()
+    })
+    .context("setting up the XXL-JOB bridge's HTTP client")?;
+    let mut serves_xxl = false;
     for spec in &cli.serve {
-        let handler = spec
-            .builtin
-            .handler(&options)
-            .with_context(|| format!("setting up {spec}"))?;
+        let handler: std::sync::Arc<dyn cadenza_worker::Handler> = match &spec.served {
+            Served::Builtin(b) => b
+                .handler(&options)
+                .with_context(|| format!("setting up {spec}"))?,
+            Served::Xxl(target) => {
+                serves_xxl = true;
+                std::sync::Arc::new(bridge.handler(target.clone()))
+            }
+        };
         builder = builder.handler(spec.job_type.as_str(), handler);
     }
     let worker = builder.build()?;
 
+    // The bridge listens until the worker has stopped: draining runs still need callbacks.
+    let stop_bridge = CancellationToken::new();
+    let bridge_task = match serves_xxl {
+        true => {
+            let listener = tokio::net::TcpListener::bind(cli.xxl_listen)
+                .await
+                .with_context(|| {
+                    format!(
+                        "the XXL-JOB bridge cannot listen on {} (CADENZA_XXL_LISTEN)",
+                        cli.xxl_listen
+                    )
+                })?;
+            tracing::info!(listen = %cli.xxl_listen, "XXL-JOB bridge listening for executors");
+            let stop = stop_bridge.clone();
+            let app = bridge.router();
+            Some(tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+            }))
+        }
+        false => None,
+    };
+
     let shutdown = CancellationToken::new();
     wire_signals(shutdown.clone())?;
-    worker.run(shutdown).await?;
+    let result = worker.run(shutdown).await;
+    stop_bridge.cancel();
+    if let Some(task) = bridge_task {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!(error = %e, "the XXL-JOB bridge listener failed"),
+            Err(e) => tracing::warn!(error = %e, "the XXL-JOB bridge listener panicked"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result?;
     Ok(())
 }

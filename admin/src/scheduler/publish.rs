@@ -227,6 +227,7 @@ impl Publisher {
                 shard_index: t.shard_index,
                 shard_total: t.shard_total,
                 routed_worker: route.worker.clone().map(cadenza_schemas::WorkerId),
+                route: Some(t.route),
                 published_at: now,
             });
             let payload = serde_json::to_vec(&msg)?;

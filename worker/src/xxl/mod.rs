@@ -2,4 +2,5 @@
 //! admin makes to an executor ([`protocol`]) and the endpoints an executor calls on its admin
 //! ([`admin_side`]).
 pub mod admin_side;
+pub mod bridge;
 pub mod protocol;
