@@ -186,6 +186,7 @@ pub struct WorkerBuilder {
     config: WorkerConfig,
     topic_prefix: String,
     handlers: Vec<(String, Arc<dyn Handler>)>,
+    extra_metrics: Vec<metrics::ExtraMetrics>,
 }
 
 impl Default for WorkerBuilder {
@@ -194,6 +195,7 @@ impl Default for WorkerBuilder {
             config: WorkerConfig::default(),
             topic_prefix: cadenza_schemas::DEFAULT_TOPIC_PREFIX.to_owned(),
             handlers: Vec::new(),
+            extra_metrics: Vec::new(),
         }
     }
 }
@@ -301,6 +303,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// Register metrics of the application's own (e.g. its handlers') with the worker's, under
+    /// the `cadenza_worker_` prefix and the `group` label.
+    pub fn register_metrics(
+        mut self,
+        register: impl FnOnce(&mut prometheus_client::registry::Registry) + Send + 'static,
+    ) -> Self {
+        self.extra_metrics.push(Box::new(register));
+        self
+    }
+
     /// Serve `job_type` with `handler`.
     pub fn handler(mut self, job_type: impl Into<String>, handler: impl Handler) -> Self {
         self.handlers.push((job_type.into(), Arc::new(handler)));
@@ -371,7 +383,11 @@ impl WorkerBuilder {
                 return Err(BuildError::DuplicateHandler(name));
             }
         }
-        let metrics = Arc::new(WorkerMetrics::new(&config.group, config.capacity));
+        let metrics = Arc::new(WorkerMetrics::with_extra(
+            &config.group,
+            config.capacity,
+            self.extra_metrics,
+        ));
         Ok(Worker {
             config,
             handlers,

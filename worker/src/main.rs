@@ -220,6 +220,10 @@ async fn main() -> anyhow::Result<()> {
         };
         builder = builder.handler(spec.job_type.as_str(), handler);
     }
+    if serves_xxl {
+        let b = std::sync::Arc::clone(&bridge);
+        builder = builder.register_metrics(move |registry| b.register_metrics(registry));
+    }
     let worker = builder.build()?;
 
     // The bridge listens until the worker has stopped: draining runs still need callbacks.

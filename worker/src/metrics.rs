@@ -86,9 +86,17 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 20))
 }
 
+/// A registration of metrics from outside the worker ([`crate::WorkerBuilder::register_metrics`]).
+pub type ExtraMetrics = Box<dyn FnOnce(&mut Registry) + Send>;
+
 impl WorkerMetrics {
     /// A new set, every series labelled with `group`.
     pub fn new(group: &str, capacity: u32) -> Self {
+        Self::with_extra(group, capacity, Vec::new())
+    }
+
+    /// [`Self::new`], with other metrics registered alongside.
+    pub fn with_extra(group: &str, capacity: u32, extra: Vec<ExtraMetrics>) -> Self {
         let labels = [(Cow::Borrowed("group"), Cow::Owned(group.to_owned()))];
         let mut registry = Registry::with_prefix_and_labels("cadenza_worker", labels.into_iter());
         let m = WorkerMetrics {
@@ -170,6 +178,9 @@ impl WorkerMetrics {
             "Records this worker sent to the dead-letter topic",
             m.dlq_records.clone(),
         );
+        for register in extra {
+            register(&mut registry);
+        }
         WorkerMetrics { registry, ..m }
     }
 

@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::sync::oneshot;
 
 use super::protocol::{CallbackParam, RegistryParam, ReturnT, ACCESS_TOKEN_HEADER};
@@ -71,6 +75,18 @@ impl Registry {
         };
         addresses.retain(|_, seen| now.duration_since(*seen) < self.dead_after);
         addresses.keys().cloned().collect()
+    }
+
+    /// Every app's live addresses.
+    pub fn snapshot(&self) -> BTreeMap<String, Vec<String>> {
+        let apps: Vec<String> = lock(&self.apps).keys().cloned().collect();
+        apps.into_iter()
+            .map(|app| {
+                let live = self.addresses(&app);
+                (app, live)
+            })
+            .filter(|(_, live)| !live.is_empty())
+            .collect()
     }
 }
 
@@ -154,6 +170,11 @@ impl Callbacks {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
 /// What the executor-facing endpoints share.
 #[derive(Debug)]
 pub struct AdminSide {
@@ -162,6 +183,7 @@ pub struct AdminSide {
     /// Who waits for a result.
     pub callbacks: Callbacks,
     token: Option<String>,
+    counted: Family<OutcomeLabel, Counter>,
 }
 
 impl AdminSide {
@@ -171,7 +193,37 @@ impl AdminSide {
             registry: Registry::new(dead_after),
             callbacks: Callbacks::default(),
             token: token.filter(|t| !t.trim().is_empty()),
+            counted: Family::default(),
         }
+    }
+
+    /// Registers `xxl_callbacks` (callbacks received, by what became of them: `delivered`,
+    /// `repeated`, `late`, `unknown`).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "xxl_callbacks",
+            "Results XXL-JOB executors reported to the bridge, by what became of them: delivered \
+             (the run's result), repeated (a run's result again), late (after the run timed out, \
+             was cancelled or moved; not counted as its result), unknown (no run of this bridge)",
+            self.counted.clone(),
+        );
+    }
+
+    /// How many callbacks ended as `outcome` (see [`Self::register_metrics`]).
+    pub fn callbacks_counted(&self, outcome: &str) -> u64 {
+        self.counted
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .get()
+    }
+
+    fn count(&self, outcome: &str) {
+        self.counted
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     fn token_ok(&self, headers: &HeaderMap) -> bool {
@@ -197,8 +249,28 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// The router executors call. Mounted anywhere: it answers any path ending in
 /// `/api/registry`, `/api/registryRemove` or `/api/callback`, so both `http://bridge:9700/` and
 /// `http://bridge:9700/xxl-job-admin/` work as an executor's admin address.
+///
+/// `GET /executors` (with the token) lists the live addresses of each app:
+/// `{"apps": {"billing-app": ["http://10.0.0.5:9999"]}}`.
 pub fn router(state: Arc<AdminSide>) -> axum::Router {
-    axum::Router::new().fallback(answer).with_state(state)
+    axum::Router::new()
+        .route("/executors", axum::routing::get(executors))
+        .fallback(answer)
+        .with_state(state)
+}
+
+async fn executors(State(state): State<Arc<AdminSide>>, headers: HeaderMap) -> Response {
+    if !state.token_ok(&headers) {
+        return (
+            axum::http::StatusCode::UNAUTHORIZED,
+            Json(serde_json::json!({
+                "code": "bad_token",
+                "message": format!("send the bridge's access token in {ACCESS_TOKEN_HEADER}"),
+            })),
+        )
+            .into_response();
+    }
+    Json(serde_json::json!({ "apps": state.registry.snapshot() })).into_response()
 }
 
 async fn answer(
@@ -254,16 +326,22 @@ fn handle(
             };
             for item in items {
                 let log_id = item.log_id;
+                let code = item.handle_code;
+                let msg = item.message().unwrap_or_default();
                 match state.callbacks.deliver(item) {
-                    Delivery::Delivered => {}
+                    Delivery::Delivered => state.count("delivered"),
                     Delivery::Late(Settled::Reported) => {
+                        state.count("repeated");
                         tracing::debug!(log_id, "xxl callback repeated; the first result stands");
                     }
                     Delivery::Late(Settled::GaveUp(why)) => {
-                        tracing::info!(log_id, %why, "xxl callback after the run was settled; not counted again");
+                        state.count("late");
+                        tracing::info!(log_id, code, %msg, settled = %why,
+                            "xxl result after the run was settled: recorded as late, not as the run's result");
                     }
                     Delivery::Unknown => {
-                        tracing::warn!(log_id, "xxl callback for a run this bridge does not know");
+                        state.count("unknown");
+                        tracing::warn!(log_id, code, %msg, "xxl callback for a run this bridge does not know");
                     }
                 }
             }

@@ -238,6 +238,11 @@ impl Bridge {
         &self.side
     }
 
+    /// Registers the bridge's metrics (see [`AdminSide::register_metrics`]).
+    pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.side.register_metrics(registry);
+    }
+
     /// The router executors call (see [`super::admin_side::router`]).
     pub fn router(&self) -> axum::Router {
         super::admin_side::router(Arc::clone(&self.side))

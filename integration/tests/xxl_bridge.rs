@@ -1,0 +1,422 @@
+//! The XXL-JOB bridge end to end: a real admin, a `cadenza-worker` serving job types with
+//! `--serve T=xxl:APP/HANDLER`, and two pyxxl executors (PyPI, unchanged) whose admin address is
+//! the bridge. Runs are created and read through the admin's API, as a user sees them: success
+//! with the handler's message and log, failure with its message, timeout → /kill (the executor
+//! is idle again, its late result is counted once and does not change the run), a sharding
+//! broadcast across both executors, and an executor SIGKILLed mid-run whose run finishes on the
+//! other one. Then executors that answer garbage, refuse the token or hang: each run fails with
+//! that reason and the worker goes on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::Json;
+use cadenza_integration::{
+    cadenza_home, free_port, wait_for, wait_for_port, ApiClient, Cluster, ProcessHandle,
+};
+use cadenza_worker::xxl::protocol::{ExecutorClient, DEFAULT_CALL_TIMEOUT};
+use serde_json::{json, Value};
+
+const TOKEN: &str = "bridge-e2e-token";
+const WAIT: Duration = Duration::from_secs(60);
+const APP: &str = "billing-app";
+
+fn pyxxl_python() -> PathBuf {
+    std::env::var_os("CADENZA_PYXXL_PYTHON")
+        .map(Into::into)
+        .unwrap_or_else(|| cadenza_home().join("pyxxl/bin/python"))
+}
+
+/// Starts a pyxxl executor of `app` on a free port whose admin is the bridge at `bridge`.
+fn start_executor(cluster: &Cluster, name: &str, bridge: &str, app: &str) -> (ProcessHandle, u16) {
+    let port = free_port().unwrap();
+    let logs = cluster.dir().join(name);
+    std::fs::create_dir_all(&logs).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xxl/executor.py");
+    let proc = cluster
+        .spawn_process(
+            name,
+            &pyxxl_python(),
+            &[
+                script,
+                &format!("{bridge}/xxl-job-admin/api/"),
+                app,
+                &port.to_string(),
+                TOKEN,
+                logs.to_str().unwrap(),
+            ],
+        )
+        .unwrap();
+    (proc, port)
+}
+
+/// The addresses the bridge lists for `app` (`GET /executors`).
+async fn registered(bridge: &str, app: &str) -> anyhow::Result<Vec<String>> {
+    let body: Value = reqwest::Client::new()
+        .get(format!("{bridge}/executors"))
+        .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    Ok(body["apps"][app]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+async fn wait_registered(bridge: &str, app: &str, want: &[String]) {
+    wait_for(
+        WAIT,
+        &format!("{want:?} registered for {app}"),
+        || async move { Ok((registered(bridge, app).await? == want).then_some(())) },
+    )
+    .await
+    .unwrap();
+}
+
+/// Waits until run `id` has ended (any final status) and returns it with its log.
+async fn ended(api: &ApiClient, id: i64) -> Value {
+    wait_for(WAIT, &format!("run {id} to end"), || async move {
+        let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
+        let done = ["succeeded", "failed", "timed_out", "cancelled", "discarded"]
+            .contains(&r["status"].as_str().unwrap_or_default());
+        Ok(done.then_some(r))
+    })
+    .await
+    .unwrap()
+}
+
+async fn run_job(api: &ApiClient, body: Value) -> (i64, i64) {
+    let job = api.create_job(&body).await.unwrap();
+    let run = api.trigger_now(job).await.unwrap();
+    (job, run)
+}
+
+fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+/// `cadenza_worker_xxl_callbacks_total{outcome=…}` from the worker's metrics.
+async fn callbacks_counted(metrics: &str, outcome: &str) -> anyhow::Result<f64> {
+    let body = reqwest::get(format!("{metrics}/metrics"))
+        .await?
+        .text()
+        .await?;
+    Ok(body
+        .lines()
+        .find(|l| {
+            l.starts_with("cadenza_worker_xxl_callbacks_total{")
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0))
+}
+
+#[tokio::test]
+async fn bridge_runs_jobs_on_pyxxl_executors() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let bridge_port = free_port().unwrap();
+    let metrics_port = free_port().unwrap();
+    let bridge = format!("http://127.0.0.1:{bridge_port}");
+    let metrics = format!("http://127.0.0.1:{metrics_port}");
+    let serve = [
+        "xb.echo=xxl:billing-app/echoHandler",
+        "xb.fail=xxl:billing-app/failHandler",
+        "xb.sleep=xxl:billing-app/sleepHandler",
+        "xb.shard=xxl:billing-app/shardHandler",
+    ]
+    .join(",");
+    let worker = cluster
+        .spawn_worker(
+            &serve,
+            "bridge",
+            &[
+                ("CADENZA_XXL_LISTEN", &format!("127.0.0.1:{bridge_port}")),
+                ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
+                (
+                    "CADENZA_METRICS_LISTEN",
+                    &format!("127.0.0.1:{metrics_port}"),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    wait_for_port(bridge_port, WAIT).await.unwrap();
+
+    let (exec_a, port_a) = start_executor(&cluster, "pyxxl-a", &bridge, APP);
+    let (exec_b, port_b) = start_executor(&cluster, "pyxxl-b", &bridge, APP);
+    let mut addresses = vec![
+        format!("http://127.0.0.1:{port_a}"),
+        format!("http://127.0.0.1:{port_b}"),
+    ];
+    // The bridge orders addresses as XXL-JOB's admin does: sorted.
+    addresses.sort();
+    wait_registered(&bridge, APP, &addresses).await;
+
+    // Success: the executor's return value is the run's message, its log the run's log.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "echo", "job_type": "xb.echo", "params": "invoice-42",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "succeeded", "{run}\n{}", cluster.dump_logs());
+    assert_eq!(run["message"], "echo invoice-42", "{run}");
+    let log = text(&run["log"]);
+    assert!(
+        log.contains("xxl: running echoHandler on http://127.0.0.1:"),
+        "{log}"
+    );
+    assert!(log.contains("echo got invoice-42"), "{log}");
+    assert!(run["started_at"].is_string() && run["finished_at"].is_string());
+
+    // Failure, with the exception's message.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "fail", "job_type": "xb.fail", "params": "x=1",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "failed", "{run}");
+    let msg = text(&run["message"]);
+    assert!(
+        msg.contains("failed on the executor") && msg.contains("bad input: x=1"),
+        "{msg}"
+    );
+
+    // Timeout: Cadenza's timeout ends the run, /kill stops it on the executor (idle again at
+    // once, not after 30 s), and the executor's own result, which comes after, is counted as
+    // late and does not change the run.
+    let (job, id) = run_job(
+        &api,
+        json!({"name": "slow", "job_type": "xb.sleep", "params": "30", "timeout_ms": 2000,
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "timed_out", "{run}");
+    let log = text(&run["log"]);
+    assert!(log.contains("sleeping 30"), "{log}");
+    let on = addresses
+        .iter()
+        .find(|a| log.contains(&format!("running sleepHandler on {a}")))
+        .unwrap_or_else(|| panic!("no executor named in {log}"));
+    let client = ExecutorClient::new(Some(TOKEN.into()), DEFAULT_CALL_TIMEOUT).unwrap();
+    wait_for(
+        Duration::from_secs(5),
+        "the killed run to leave the executor",
+        || {
+            let client = client.clone();
+            async move { Ok(client.idle_beat(on, job).await.is_ok().then_some(())) }
+        },
+    )
+    .await
+    .unwrap();
+    wait_for(WAIT, "the late result to be counted", || {
+        let metrics = metrics.clone();
+        async move { Ok((callbacks_counted(&metrics, "late").await? == 1.0).then_some(())) }
+    })
+    .await
+    .unwrap();
+    let (_, again) = api.get_json(&format!("/api/triggers/{id}")).await.unwrap();
+    assert_eq!(again["status"], "timed_out", "{again}");
+    assert_eq!(again["message"], run["message"]);
+
+    // Sharding broadcast: one worker, so one run, sent to both executors with index p of 2.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "shard", "job_type": "xb.shard", "route": "sharding_broadcast",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let msg = text(&run["message"]);
+    for (p, address) in addresses.iter().enumerate() {
+        let port = address.rsplit(':').next().unwrap();
+        assert!(
+            msg.contains(&format!(
+                "[{p} of 2] {address} succeeded: shard {p}/2 on {port}"
+            )),
+            "{msg}"
+        );
+    }
+    let log = text(&run["log"]);
+    for (p, address) in addresses.iter().enumerate() {
+        let port = address.rsplit(':').next().unwrap();
+        let prefix = format!("[{p} of 2] ");
+        let said = format!("shard {p} of 2 on {port}");
+        assert!(
+            log.lines()
+                .any(|l| l.starts_with(&prefix) && l.contains(&said)),
+            "the executor's log of shard {p} is in the run's log: {log}"
+        );
+    }
+
+    // An executor killed mid-run: its run is sent to the other address and finishes there.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "long", "job_type": "xb.sleep", "params": "6", "route": "first",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let first = addresses[0].clone();
+    wait_for(WAIT, "the run to start on the first executor", || {
+        let (api, first) = (&api, &first);
+        async move {
+            let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
+            Ok(text(&r["log"])
+                .contains(&format!("running sleepHandler on {first}"))
+                .then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let victim = if first.ends_with(&format!(":{port_a}")) {
+        &exec_a
+    } else {
+        &exec_b
+    };
+    victim.kill_9().unwrap();
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "succeeded", "{run}\n{}", worker.log_tail(40));
+    assert_eq!(run["message"], "slept 6.0", "{run}");
+    assert_eq!(run["attempt"], 1, "moved by the bridge, not redelivered");
+    let log = text(&run["log"]);
+    assert!(
+        log.contains(&format!("executor {first} stopped answering")),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("running sleepHandler on {}", addresses[1])),
+        "{log}"
+    );
+    assert_eq!(callbacks_counted(&metrics, "unknown").await.unwrap(), 0.0);
+}
+
+/// What the broken executor answers `/run`, by handler name.
+async fn broken_run(Json(trigger): Json<Value>) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match text(&trigger["executorHandler"]) {
+        "garbage" => "<html>502 Bad Gateway</html>".into_response(),
+        "refuse" => Json(json!({"code": 500, "msg": "The access token is wrong."})).into_response(),
+        _ => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Json(json!({"code": 200})).into_response()
+        }
+    }
+}
+
+async fn broken_ok() -> Json<Value> {
+    Json(json!({"code": 200, "msg": null}))
+}
+
+#[tokio::test]
+async fn bridge_fails_runs_on_broken_executors_and_goes_on() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let bridge_port = free_port().unwrap();
+    let bridge = format!("http://127.0.0.1:{bridge_port}");
+    let serve = [
+        "xb.garbage=xxl:broken-app/garbage",
+        "xb.refuse=xxl:broken-app/refuse",
+        "xb.hang=xxl:broken-app/hang",
+        "xb.nobody=xxl:absent-app/echoHandler",
+        "xb.echo=xxl:billing-app/echoHandler",
+    ]
+    .join(",");
+    let _worker = cluster
+        .spawn_worker(
+            &serve,
+            "bridge",
+            &[
+                ("CADENZA_XXL_LISTEN", &format!("127.0.0.1:{bridge_port}")),
+                ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
+                ("CADENZA_XXL_ADDRESS_WAIT_MS", "1000"),
+            ],
+        )
+        .await
+        .unwrap();
+    wait_for_port(bridge_port, WAIT).await.unwrap();
+
+    // A broken executor: it registers like any other, then answers /run badly.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let broken = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new()
+        .route("/run", axum::routing::post(broken_run))
+        .route("/kill", axum::routing::post(broken_ok))
+        .route("/log", axum::routing::post(broken_ok))
+        .route("/beat", axum::routing::post(broken_ok));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (status, body) = {
+        let r = reqwest::Client::new()
+            .post(format!("{bridge}/xxl-job-admin/api/registry"))
+            .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
+            .json(
+                &json!({"registryGroup": "EXECUTOR", "registryKey": "broken-app",
+                          "registryValue": broken}),
+            )
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json::<Value>().await.unwrap())
+    };
+    assert_eq!(
+        (status.as_u16(), &body["code"]),
+        (200, &json!(200)),
+        "{body}"
+    );
+    let (_exec, port) = start_executor(&cluster, "pyxxl", &bridge, APP);
+    wait_registered(&bridge, APP, &[format!("http://127.0.0.1:{port}")]).await;
+
+    let cases = [
+        ("xb.garbage", "answered something that is not XXL-JOB's"),
+        (
+            "xb.refuse",
+            "refused (code 500): The access token is wrong.",
+        ),
+        ("xb.hang", "did not answer within 3s"),
+        (
+            "xb.nobody",
+            "no executor of app \"absent-app\" is registered",
+        ),
+    ];
+    let mut ids = Vec::new();
+    for (job_type, _) in &cases {
+        let (_, id) = run_job(
+            &api,
+            json!({"name": job_type, "job_type": job_type, "schedule": {"kind": "none"}}),
+        )
+        .await;
+        ids.push(id);
+    }
+    for ((job_type, reason), id) in cases.iter().zip(ids) {
+        let run = ended(&api, id).await;
+        assert_eq!(run["status"], "failed", "{job_type}: {run}");
+        assert!(text(&run["message"]).contains(reason), "{job_type}: {run}");
+    }
+
+    // The worker goes on: a healthy executor's run still succeeds.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "echo", "job_type": "xb.echo", "params": "still here",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["message"], "echo still here");
+}
