@@ -420,3 +420,89 @@ async fn bridge_fails_runs_on_broken_executors_and_goes_on() {
     assert_eq!(run["status"], "succeeded", "{run}");
     assert_eq!(run["message"], "echo still here");
 }
+
+/// Starts a bridge worker of group `bridges` serving `xb.echo`; returns it, its bridge URL and
+/// its metrics URL.
+async fn bridge_worker(cluster: &Cluster) -> (cadenza_integration::WorkerHandle, String, String) {
+    let (bridge_port, metrics_port) = (free_port().unwrap(), free_port().unwrap());
+    let worker = cluster
+        .spawn_worker(
+            "xb.echo=xxl:billing-app/echoHandler",
+            "bridges",
+            &[
+                ("CADENZA_XXL_LISTEN", &format!("127.0.0.1:{bridge_port}")),
+                ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
+                (
+                    "CADENZA_METRICS_LISTEN",
+                    &format!("127.0.0.1:{metrics_port}"),
+                ),
+            ],
+        )
+        .await
+        .unwrap();
+    wait_for_port(bridge_port, WAIT).await.unwrap();
+    (
+        worker,
+        format!("http://127.0.0.1:{bridge_port}"),
+        format!("http://127.0.0.1:{metrics_port}"),
+    )
+}
+
+#[tokio::test]
+async fn bridge_workers_share_executors_and_results() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let (w1, bridge1, metrics1) = bridge_worker(&cluster).await;
+    let (w2, bridge2, _) = bridge_worker(&cluster).await;
+
+    // The executor knows only the first bridge; the second learns of it from the first.
+    let (_exec, port) = start_executor(&cluster, "pyxxl", &bridge1, APP);
+    let address = vec![format!("http://127.0.0.1:{port}")];
+    wait_registered(&bridge1, APP, &address).await;
+    wait_registered(&bridge2, APP, &address).await;
+
+    let topic = cluster
+        .topics()
+        .trigger(&cadenza_schemas::JobType::parse("xb.echo").unwrap());
+    let live = vec![w1.id().to_owned(), w2.id().to_owned()];
+    api.wait_assignment(&topic, &live, 6, WAIT).await.unwrap();
+
+    // Round robin over the two workers: runs taken by the second bridge get their results,
+    // which the executor sends to the first, through the topic.
+    let job = api
+        .create_job(
+            &json!({"name": "echo", "job_type": "xb.echo", "params": "shared",
+                            "route": "round", "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(api.trigger_now(job).await.unwrap());
+    }
+    let mut by_worker = std::collections::BTreeMap::<String, usize>::new();
+    for id in ids {
+        let run = ended(&api, id).await;
+        assert_eq!(
+            run["status"],
+            "succeeded",
+            "{run}\n{}",
+            cluster.dump_logs_tail(30)
+        );
+        assert_eq!(run["message"], "echo shared");
+        *by_worker
+            .entry(text(&run["worker_id"]).to_owned())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        by_worker.keys().cloned().collect::<Vec<_>>(),
+        {
+            let mut l = live.clone();
+            l.sort();
+            l
+        },
+        "both bridges ran some"
+    );
+    assert!(callbacks_counted(&metrics1, "forwarded").await.unwrap() >= 1.0);
+}

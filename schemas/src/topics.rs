@@ -64,6 +64,12 @@ impl Topics {
     pub fn progress(&self) -> String {
         format!("{}.progress", self.prefix)
     }
+
+    /// `<prefix>.xxl-bridge`: what XXL-JOB executors tell one bridge worker (beats, results),
+    /// shared with the others.
+    pub fn xxl_bridge(&self) -> String {
+        format!("{}.xxl-bridge", self.prefix)
+    }
 }
 
 #[cfg(test)]

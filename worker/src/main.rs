@@ -239,6 +239,22 @@ async fn main() -> anyhow::Result<()> {
                     )
                 })?;
             tracing::info!(listen = %cli.xxl_listen, "XXL-JOB bridge listening for executors");
+            let share = tokio::spawn(cadenza_worker::xxl::share::run(
+                std::sync::Arc::clone(bridge.admin_side()),
+                worker.config().clone(),
+                stop_bridge.clone(),
+            ));
+            tokio::spawn(async move {
+                match share.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "the XXL-JOB bridge cannot share executors with other workers")
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the XXL-JOB bridge's sharing task panicked")
+                    }
+                }
+            });
             let stop = stop_bridge.clone();
             let app = bridge.router();
             Some(tokio::spawn(async move {

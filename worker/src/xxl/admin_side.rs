@@ -21,6 +21,7 @@ use prometheus_client::metrics::family::Family;
 use tokio::sync::oneshot;
 
 use super::protocol::{CallbackParam, RegistryParam, ReturnT, ACCESS_TOKEN_HEADER};
+use super::share::SharedEvent;
 use crate::lock;
 
 /// How long an address stays registered after its last beat (XXL-JOB's `DEAD_TIMEOUT`: three
@@ -52,10 +53,23 @@ impl Registry {
 
     /// Records a beat of `address` for `app`.
     pub fn beat(&self, app: &str, address: &str) {
-        lock(&self.apps)
+        self.beat_aged(app, address, Duration::ZERO);
+    }
+
+    /// Records a beat of `address` for `app` that happened `age` ago (one another bridge
+    /// received); a beat older than the last one known, or than the expiry, changes nothing.
+    pub fn beat_aged(&self, app: &str, address: &str, age: Duration) {
+        if age >= self.dead_after {
+            return;
+        }
+        let at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        let mut apps = lock(&self.apps);
+        let seen = apps
             .entry(app.to_owned())
             .or_default()
-            .insert(normalize_address(address), Instant::now());
+            .entry(normalize_address(address))
+            .or_insert(at);
+        *seen = (*seen).max(at);
     }
 
     /// Removes `address` from `app` (the executor is stopping).
@@ -152,6 +166,16 @@ impl Callbacks {
         s.settle(log_id, Settled::GaveUp(why.into()));
     }
 
+    /// How `log_id` was settled, if it was (and is still remembered).
+    pub fn settled(&self, log_id: i64) -> Option<Settled> {
+        lock(&self.inner).settled.get(&log_id).cloned()
+    }
+
+    /// Whether a run waits for `log_id`.
+    pub fn is_waiting(&self, log_id: i64) -> bool {
+        lock(&self.inner).waiting.contains_key(&log_id)
+    }
+
     /// Hands a callback to the run waiting for it; the first result of a run wins.
     pub fn deliver(&self, item: CallbackParam) -> Delivery {
         let mut s = lock(&self.inner);
@@ -184,6 +208,7 @@ pub struct AdminSide {
     pub callbacks: Callbacks,
     token: Option<String>,
     counted: Family<OutcomeLabel, Counter>,
+    share: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<SharedEvent>>,
 }
 
 impl AdminSide {
@@ -194,17 +219,83 @@ impl AdminSide {
             callbacks: Callbacks::default(),
             token: token.filter(|t| !t.trim().is_empty()),
             counted: Family::default(),
+            share: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Hands what executors tell this bridge to the other bridges through `tx`
+    /// ([`super::share`]). Set once.
+    pub fn share_with(&self, tx: tokio::sync::mpsc::UnboundedSender<SharedEvent>) {
+        if self.share.set(tx).is_err() {
+            tracing::warn!("the bridge is already shared");
+        }
+    }
+
+    /// Whether `event` was handed to the other bridges.
+    fn tell_others(&self, event: SharedEvent) -> bool {
+        self.share.get().is_some_and(|tx| tx.send(event).is_ok())
+    }
+
+    /// Applies what another bridge received `age` ago.
+    pub fn apply_shared(&self, event: SharedEvent, age: Duration) {
+        match event {
+            SharedEvent::Beat { app, address } => self.registry.beat_aged(&app, &address, age),
+            SharedEvent::Remove { app, address } => {
+                // Unless it beat here since.
+                if age < Duration::from_secs(1) {
+                    self.registry.remove(&app, &address);
+                }
+            }
+            SharedEvent::Callback { item } => {
+                let log_id = item.log_id;
+                if self.callbacks.settled(log_id).is_none() && !self.callbacks.is_waiting(log_id) {
+                    // Another bridge's run, or one from before a restart.
+                    return;
+                }
+                self.deliver(item, false);
+            }
+        }
+    }
+
+    /// Delivers a callback; counts and logs what became of it. `first_hand`: this bridge got it
+    /// from the executor (so one it does not know is handed to the others).
+    fn deliver(&self, item: CallbackParam, first_hand: bool) {
+        let log_id = item.log_id;
+        let code = item.handle_code;
+        let msg = item.message().unwrap_or_default();
+        let copy = first_hand.then(|| item.clone());
+        match self.callbacks.deliver(item) {
+            Delivery::Delivered => self.count("delivered"),
+            Delivery::Late(Settled::Reported) => {
+                self.count("repeated");
+                tracing::debug!(log_id, "xxl callback repeated; the first result stands");
+            }
+            Delivery::Late(Settled::GaveUp(why)) => {
+                self.count("late");
+                tracing::info!(log_id, code, %msg, settled = %why,
+                    "xxl result after the run was settled: recorded as late, not as the run's result");
+            }
+            Delivery::Unknown => {
+                if copy.is_some_and(|item| self.tell_others(SharedEvent::Callback { item })) {
+                    self.count("forwarded");
+                    tracing::debug!(log_id, "xxl callback of a run this bridge does not know: handed to the other bridges");
+                } else {
+                    self.count("unknown");
+                    tracing::warn!(log_id, code, %msg, "xxl callback for a run this bridge does not know");
+                }
+            }
         }
     }
 
     /// Registers `xxl_callbacks` (callbacks received, by what became of them: `delivered`,
-    /// `repeated`, `late`, `unknown`).
+    /// `repeated`, `late`, `forwarded`, `unknown`).
     pub fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register(
             "xxl_callbacks",
             "Results XXL-JOB executors reported to the bridge, by what became of them: delivered \
              (the run's result), repeated (a run's result again), late (after the run timed out, \
-             was cancelled or moved; not counted as its result), unknown (no run of this bridge)",
+             was cancelled or moved; not counted as its result), forwarded (to the other bridge \
+             workers), unknown (no run of any bridge)",
             self.counted.clone(),
         );
     }
@@ -311,11 +402,14 @@ fn handle(
             {
                 return ReturnT::fail("Illegal Argument.");
             }
+            let (app, address) = (p.registry_key, p.registry_value);
             if uri == "registry" {
-                state.registry.beat(&p.registry_key, &p.registry_value);
+                state.registry.beat(&app, &address);
+                state.tell_others(SharedEvent::Beat { app, address });
             } else {
-                tracing::info!(app = %p.registry_key, address = %p.registry_value, "xxl executor deregistered");
-                state.registry.remove(&p.registry_key, &p.registry_value);
+                tracing::info!(%app, %address, "xxl executor deregistered");
+                state.registry.remove(&app, &address);
+                state.tell_others(SharedEvent::Remove { app, address });
             }
             ReturnT::success()
         }
@@ -325,25 +419,7 @@ fn handle(
                 Err(e) => return ReturnT::fail(format!("invalid callback body: {e}")),
             };
             for item in items {
-                let log_id = item.log_id;
-                let code = item.handle_code;
-                let msg = item.message().unwrap_or_default();
-                match state.callbacks.deliver(item) {
-                    Delivery::Delivered => state.count("delivered"),
-                    Delivery::Late(Settled::Reported) => {
-                        state.count("repeated");
-                        tracing::debug!(log_id, "xxl callback repeated; the first result stands");
-                    }
-                    Delivery::Late(Settled::GaveUp(why)) => {
-                        state.count("late");
-                        tracing::info!(log_id, code, %msg, settled = %why,
-                            "xxl result after the run was settled: recorded as late, not as the run's result");
-                    }
-                    Delivery::Unknown => {
-                        state.count("unknown");
-                        tracing::warn!(log_id, code, %msg, "xxl callback for a run this bridge does not know");
-                    }
-                }
+                state.deliver(item, true);
             }
             ReturnT::success()
         }

@@ -4,3 +4,4 @@
 pub mod admin_side;
 pub mod bridge;
 pub mod protocol;
+pub mod share;

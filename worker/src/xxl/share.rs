@@ -1,0 +1,204 @@
+//! Several bridge workers, one picture: what executors tell one bridge is shared with the
+//! others through `<prefix>.xxl-bridge`.
+//!
+//! Executors know one admin address, but the runs of a job type are spread over every worker
+//! of the group. So each bridge publishes the beats and deregistrations it receives, and the
+//! callbacks of runs it does not know (another bridge sent them), and reads everyone's records:
+//! a beat registers the address with every bridge, and a callback reaches the bridge whose run
+//! waits for it. A bridge that starts reads the topic from its beginning (one partition; beats
+//! older than the registration expiry are skipped), so it knows the live executors at once.
+//! Records are JSON ([`SharedRecord`]); one that cannot be read goes to the DLQ.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::admin_side::AdminSide;
+use super::protocol::CallbackParam;
+use crate::config::{admin_client_config, consumer_client_config, WorkerConfig};
+use crate::dlq::{dlq_message, DlqProducer, Origin};
+use crate::producer::{self, produce, Record};
+
+/// How long records stay on the topic (beats older than the expiry are useless; callbacks are
+/// read within moments).
+const RETENTION: Duration = Duration::from_secs(3600);
+
+/// What one bridge tells the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SharedEvent {
+    /// An executor beat (`/api/registry`).
+    Beat {
+        /// Its app name.
+        app: String,
+        /// Its address.
+        address: String,
+    },
+    /// An executor deregistered (`/api/registryRemove`).
+    Remove {
+        /// Its app name.
+        app: String,
+        /// Its address.
+        address: String,
+    },
+    /// A result for a run the receiving bridge does not know.
+    Callback {
+        /// The executor's callback item.
+        item: CallbackParam,
+    },
+}
+
+/// A record of `<prefix>.xxl-bridge`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedRecord {
+    /// The worker id of the bridge that received it.
+    pub from: String,
+    /// When it received it (milliseconds since the epoch).
+    pub at_ms: i64,
+    /// What it received.
+    #[serde(flatten)]
+    pub event: SharedEvent,
+}
+
+/// Shares `side` with the other bridge workers of `config`'s deployment until `stop`: creates
+/// the topic if needed, then publishes what `side` hands over and applies what others publish.
+pub async fn run(
+    side: Arc<AdminSide>,
+    config: WorkerConfig,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
+    let topic = config.topics.xxl_bridge();
+    create_topic(&config, &topic).await;
+    let producer = producer::create(&config)?;
+    let dlq = DlqProducer::new(producer.clone(), config.topics.dlq());
+    let me = config.worker_id.0.clone();
+    let mut consumer_config = consumer_client_config(&config);
+    consumer_config
+        .set("group.id", format!("{}.xxl-bridge.{me}", config.group))
+        .set("client.id", format!("{me}.xxl-bridge"));
+    let consumer: StreamConsumer = consumer_config.create()?;
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
+    consumer.assign(&assignment)?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    side.share_with(tx);
+    tracing::info!(%topic, "XXL-JOB bridge shares executors' beats and results with other workers");
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            event = rx.recv() => {
+                let Some(event) = event else { break };
+                let key = match &event {
+                    SharedEvent::Beat { app, .. } | SharedEvent::Remove { app, .. } => app.clone(),
+                    SharedEvent::Callback { item } => item.log_id.to_string(),
+                };
+                let record = SharedRecord { from: me.clone(), at_ms: Utc::now().timestamp_millis(), event };
+                let payload = match serde_json::to_vec(&record) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot serialize a shared bridge record");
+                        continue;
+                    }
+                };
+                let record = Record { topic: topic.clone(), key, payload: Some(payload), headers: Vec::new() };
+                let producer = producer.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = produce(&producer, &record).await {
+                        tracing::warn!(error = %e, "the bridge could not share a record with the other workers");
+                    }
+                });
+            }
+            msg = consumer.recv() => {
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(error = %e, %topic, "reading the shared bridge topic failed");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                };
+                let payload = msg.payload();
+                match payload.map(serde_json::from_slice::<SharedRecord>) {
+                    Some(Ok(record)) if record.from == me => {}
+                    Some(Ok(record)) => {
+                        let age_ms = Utc::now().timestamp_millis().saturating_sub(record.at_ms);
+                        let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
+                        side.apply_shared(record.event, age);
+                    }
+                    bad => {
+                        let reason = match bad {
+                            Some(Err(e)) => format!("not a shared bridge record: {e}"),
+                            _ => "empty shared bridge record".to_owned(),
+                        };
+                        let origin = Origin { topic: topic.clone(), partition: msg.partition(), offset: msg.offset() };
+                        tracing::warn!(%reason, offset = msg.offset(), "shared bridge record sent to the DLQ");
+                        let record = dlq_message(&origin, reason, payload, &me);
+                        if let Err(e) = dlq.send(&record).await {
+                            tracing::warn!(error = %e, "the DLQ did not take a shared bridge record");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn create_topic(config: &WorkerConfig, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> = match admin_client_config(config).create() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot create the Kafka admin client");
+            return;
+        }
+    };
+    let retention = RETENTION.as_millis().to_string();
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(config.replication_factor))
+        .set("retention.ms", &retention);
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    match admin.create_topics([&new], &opts).await {
+        Ok(results) => {
+            for r in results {
+                match r {
+                    Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                    Err((t, code)) => {
+                        tracing::warn!(topic = %t, %code, "cannot create the shared bridge topic")
+                    }
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, %topic, "cannot create the shared bridge topic"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_flat_json() {
+        let r = SharedRecord {
+            from: "w1".into(),
+            at_ms: 5,
+            event: SharedEvent::Beat {
+                app: "a".into(),
+                address: "http://e:9999".into(),
+            },
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"from": "w1", "at_ms": 5, "event": "beat", "app": "a", "address": "http://e:9999"})
+        );
+        assert_eq!(serde_json::from_value::<SharedRecord>(v).unwrap(), r);
+    }
+}
