@@ -79,6 +79,17 @@ impl Registry {
         }
     }
 
+    /// Removes `address` from `app` because it deregistered `age` ago, unless it beat since.
+    pub fn remove_aged(&self, app: &str, address: &str, age: Duration) {
+        let at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        if let Some(addresses) = lock(&self.apps).get_mut(app) {
+            let address = normalize_address(address);
+            if addresses.get(&address).is_some_and(|seen| *seen <= at) {
+                addresses.remove(&address);
+            }
+        }
+    }
+
     /// The live addresses of `app`, sorted (XXL-JOB sorts them too: `FIRST`, `LAST` and the
     /// broadcast index depend on it).
     pub fn addresses(&self, app: &str) -> Vec<String> {
@@ -240,12 +251,7 @@ impl AdminSide {
     pub fn apply_shared(&self, event: SharedEvent, age: Duration) {
         match event {
             SharedEvent::Beat { app, address } => self.registry.beat_aged(&app, &address, age),
-            SharedEvent::Remove { app, address } => {
-                // Unless it beat here since.
-                if age < Duration::from_secs(1) {
-                    self.registry.remove(&app, &address);
-                }
-            }
+            SharedEvent::Remove { app, address } => self.registry.remove_aged(&app, &address, age),
             SharedEvent::Callback { item } => {
                 let log_id = item.log_id;
                 if self.callbacks.settled(log_id).is_none() && !self.callbacks.is_waiting(log_id) {
@@ -554,5 +560,57 @@ mod tests {
             post(&s, "/api/callback", None, json!({"logId": 1})).code,
             500
         );
+    }
+
+    #[test]
+    fn shared_events_register_and_deliver_like_first_hand_ones() {
+        let s = AdminSide::new(None, Duration::from_secs(90));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        s.share_with(tx);
+        let beat = |address: &str| SharedEvent::Beat {
+            app: "billing".into(),
+            address: address.into(),
+        };
+        // Beats another bridge got: recent ones count, ones older than the expiry do not.
+        s.apply_shared(beat("http://a:1"), Duration::from_secs(5));
+        s.apply_shared(beat("http://old:1"), Duration::from_secs(91));
+        assert_eq!(s.registry.addresses("billing"), ["http://a:1"]);
+        // A deregistration older than the last beat seen changes nothing; a newer one removes.
+        s.registry.beat("billing", "http://a:1");
+        let remove = SharedEvent::Remove {
+            app: "billing".into(),
+            address: "http://a:1".into(),
+        };
+        s.apply_shared(remove.clone(), Duration::from_secs(3));
+        assert_eq!(s.registry.addresses("billing"), ["http://a:1"]);
+        s.apply_shared(remove, Duration::ZERO);
+        assert!(s.registry.addresses("billing").is_empty());
+
+        // What executors tell this bridge is handed on.
+        post(&s, "/api/registry", None, registry("billing", "http://b:2"));
+        assert_eq!(rx.try_recv().unwrap(), beat("http://b:2"));
+        // A result this bridge does not know goes to the others, once.
+        let item = |log_id| json!([{"logId": log_id, "handleCode": 200, "handleMsg": "ok"}]);
+        post(&s, "/api/callback", None, item(7));
+        assert!(
+            matches!(rx.try_recv().unwrap(), SharedEvent::Callback { item } if item.log_id == 7)
+        );
+        assert_eq!(s.callbacks_counted("forwarded"), 1);
+        // One handed on by another bridge reaches the run waiting here; others' are ignored.
+        let mut waiting = s.callbacks.expect(8);
+        let shared = |log_id| SharedEvent::Callback {
+            item: CallbackParam {
+                log_id,
+                log_date_tim: 0,
+                handle_code: 200,
+                handle_msg: json!("ok"),
+            },
+        };
+        s.apply_shared(shared(9), Duration::ZERO);
+        s.apply_shared(shared(8), Duration::ZERO);
+        assert_eq!(waiting.try_recv().unwrap().log_id, 8);
+        assert_eq!(s.callbacks_counted("delivered"), 1);
+        assert_eq!(s.callbacks_counted("unknown"), 0);
+        assert!(rx.try_recv().is_err(), "nothing handed on again");
     }
 }
