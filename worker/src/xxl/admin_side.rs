@@ -211,7 +211,6 @@ struct OutcomeLabel {
 }
 
 /// What the executor-facing endpoints share.
-#[derive(Debug)]
 pub struct AdminSide {
     /// Who is registered.
     pub registry: Registry,
@@ -220,6 +219,16 @@ pub struct AdminSide {
     token: Option<String>,
     counted: Family<OutcomeLabel, Counter>,
     share: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<SharedEvent>>,
+}
+
+impl std::fmt::Debug for AdminSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminSide")
+            .field("registry", &self.registry)
+            .field("callbacks", &self.callbacks)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl AdminSide {

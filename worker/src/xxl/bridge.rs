@@ -82,7 +82,7 @@ impl fmt::Display for XxlTarget {
 }
 
 /// Settings of the bridge.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BridgeOptions {
     /// The access token sent to executors and required from them (`CADENZA_XXL_ACCESS_TOKEN`).
     pub token: Option<String>,
@@ -94,6 +94,18 @@ pub struct BridgeOptions {
     pub address_wait: Duration,
     /// How often a waiting run copies the executor's log and checks that it is alive.
     pub poll_interval: Duration,
+}
+
+impl fmt::Debug for BridgeOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BridgeOptions")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("call_timeout", &self.call_timeout)
+            .field("dead_after", &self.dead_after)
+            .field("address_wait", &self.address_wait)
+            .field("poll_interval", &self.poll_interval)
+            .finish()
+    }
 }
 
 impl Default for BridgeOptions {
