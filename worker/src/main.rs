@@ -239,6 +239,17 @@ async fn main() -> anyhow::Result<()> {
                     )
                 })?;
             tracing::info!(listen = %cli.xxl_listen, "XXL-JOB bridge listening for executors");
+            if !cli.xxl_listen.ip().is_loopback()
+                && cli
+                    .xxl_access_token
+                    .as_deref()
+                    .is_none_or(|t| t.trim().is_empty())
+            {
+                tracing::warn!(listen = %cli.xxl_listen,
+                    "the XXL-JOB bridge listens beyond loopback without CADENZA_XXL_ACCESS_TOKEN: \
+                     anyone who reaches it can register executors (which then receive job \
+                     parameters) and report results; set a token");
+            }
             let share = tokio::spawn(cadenza_worker::xxl::share::run(
                 std::sync::Arc::clone(bridge.admin_side()),
                 worker.config().clone(),

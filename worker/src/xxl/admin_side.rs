@@ -166,15 +166,22 @@ impl Callbacks {
     /// Starts waiting for `log_id`'s result.
     pub fn expect(&self, log_id: i64) -> oneshot::Receiver<CallbackParam> {
         let (tx, rx) = oneshot::channel();
-        lock(&self.inner).waiting.insert(log_id, tx);
+        let mut s = lock(&self.inner);
+        // A log id used again (a redelivered run) starts afresh.
+        s.settled.remove(&log_id);
+        s.waiting.insert(log_id, tx);
         rx
     }
 
-    /// Stops waiting for `log_id`: a callback that still comes is [`Delivery::Late`].
-    pub fn give_up(&self, log_id: i64, why: impl Into<String>) {
+    /// Stops waiting for `log_id`: a callback that still comes is [`Delivery::Late`]. False
+    /// when its result was delivered already (it is in the run's receiver).
+    pub fn give_up(&self, log_id: i64, why: impl Into<String>) -> bool {
         let mut s = lock(&self.inner);
-        s.waiting.remove(&log_id);
+        if s.waiting.remove(&log_id).is_none() {
+            return false;
+        }
         s.settle(log_id, Settled::GaveUp(why.into()));
+        true
     }
 
     /// How `log_id` was settled, if it was (and is still remembered).
@@ -218,7 +225,7 @@ pub struct AdminSide {
     pub callbacks: Callbacks,
     token: Option<String>,
     counted: Family<OutcomeLabel, Counter>,
-    share: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<SharedEvent>>,
+    share: std::sync::OnceLock<tokio::sync::mpsc::Sender<SharedEvent>>,
 }
 
 impl std::fmt::Debug for AdminSide {
@@ -245,7 +252,7 @@ impl AdminSide {
 
     /// Hands what executors tell this bridge to the other bridges through `tx`
     /// ([`super::share`]). Set once.
-    pub fn share_with(&self, tx: tokio::sync::mpsc::UnboundedSender<SharedEvent>) {
+    pub fn share_with(&self, tx: tokio::sync::mpsc::Sender<SharedEvent>) {
         if self.share.set(tx).is_err() {
             tracing::warn!("the bridge is already shared");
         }
@@ -253,7 +260,9 @@ impl AdminSide {
 
     /// Whether `event` was handed to the other bridges.
     fn tell_others(&self, event: SharedEvent) -> bool {
-        self.share.get().is_some_and(|tx| tx.send(event).is_ok())
+        self.share
+            .get()
+            .is_some_and(|tx| tx.try_send(event).is_ok())
     }
 
     /// Applies what another bridge received `age` ago.
@@ -549,7 +558,7 @@ mod tests {
         );
 
         let _rx = s.callbacks.expect(8);
-        s.callbacks.give_up(8, "timed out after 1s");
+        assert!(s.callbacks.give_up(8, "timed out after 1s"));
         let late = CallbackParam {
             log_id: 8,
             log_date_tim: 0,
@@ -561,9 +570,23 @@ mod tests {
             Delivery::Late(Settled::GaveUp("timed out after 1s".into()))
         );
         assert_eq!(
-            s.callbacks.deliver(CallbackParam { log_id: 9, ..late }),
+            s.callbacks.deliver(CallbackParam {
+                log_id: 9,
+                ..late.clone()
+            }),
             Delivery::Unknown
         );
+        // Giving up after the result came says so (the run takes the result instead).
+        let _rx = s.callbacks.expect(10);
+        s.callbacks.deliver(CallbackParam {
+            log_id: 10,
+            ..late.clone()
+        });
+        assert!(!s.callbacks.give_up(10, "too late to give up"));
+        // A log id used again starts afresh.
+        let mut again = s.callbacks.expect(8);
+        assert_eq!(s.callbacks.deliver(late.clone()), Delivery::Delivered);
+        assert_eq!(again.try_recv().unwrap().log_id, 8);
         // A body that is not a list of callbacks is refused, not half read.
         assert_eq!(
             post(&s, "/api/callback", None, json!({"logId": 1})).code,
@@ -574,7 +597,7 @@ mod tests {
     #[test]
     fn shared_events_register_and_deliver_like_first_hand_ones() {
         let s = AdminSide::new(None, Duration::from_secs(90));
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         s.share_with(tx);
         let beat = |address: &str| SharedEvent::Beat {
             app: "billing".into(),

@@ -39,8 +39,15 @@ use super::protocol::{
 use crate::handler::{Handler, Outcome, RunContext};
 use crate::lock;
 
-/// Probes (`/beat`, `/log`) in a row an executor may fail before its run is sent elsewhere.
+/// Polls in a row an executor may refuse connections before its run is sent elsewhere.
 pub const GONE_AFTER_PROBES: u32 = 3;
+/// Polls in a row an executor may say it does not run the job (`/idleBeat`) before a run whose
+/// result never came is failed (the executor restarted and forgot it).
+pub const LOST_AFTER_IDLE_POLLS: u32 = 10;
+/// Addresses one broadcast shard may send to (each needs its own log id).
+pub const MAX_BROADCAST: usize = 1000;
+/// Pages of log read at most when a run ends.
+const FINAL_LOG_PAGES: u32 = 20;
 /// Jobs whose balancing state (round counter, use counts) is kept; beyond, it starts afresh.
 const BALANCE_KEPT: usize = 100_000;
 
@@ -120,14 +127,14 @@ impl Default for BridgeOptions {
     }
 }
 
-/// The log id of a dispatch: unique per run, attempt and dispatch, and readable
-/// (`trigger_id * 10000 + attempt * 100 + dispatch`, attempt and dispatch modulo 100), so
-/// an executor's log file names the Cadenza run.
+/// The log id of a dispatch: unique per run, attempt (modulo 10) and dispatch (modulo 1000),
+/// and readable (`trigger_id * 10000 + attempt * 1000 + dispatch`), so an executor's log file
+/// names the Cadenza run. Executors take it as a 64-bit `long`.
 pub fn log_id(trigger_id: i64, attempt: u32, dispatch: u32) -> i64 {
     trigger_id
         .saturating_mul(10_000)
-        .saturating_add(i64::from(attempt % 100) * 100)
-        .saturating_add(i64::from(dispatch % 100))
+        .saturating_add(i64::from(attempt % 10) * 1000)
+        .saturating_add(i64::from(dispatch % 1000))
 }
 
 /// XXL-JOB's name of a block strategy.
@@ -200,16 +207,25 @@ pub fn pick(
     Some(chosen)
 }
 
-/// XXL-JOB's consistent hash: 100 virtual nodes per address on a ring; the job goes to the
-/// first node at or after its own hash, so a job stays on its address while others come and go.
+/// XXL-JOB's hash for its consistent-hash route: the first four bytes of the MD5 of `key`,
+/// little-endian, as an unsigned 32-bit number.
+fn xxl_hash(key: &str) -> u64 {
+    use md5::{Digest, Md5};
+    let d = Md5::digest(key.as_bytes());
+    u64::from(u32::from_le_bytes([d[0], d[1], d[2], d[3]]))
+}
+
+/// XXL-JOB's consistent hash: 100 virtual nodes per address (`SHARD-<address>-NODE-<i>`) on a
+/// ring; the job goes to the first node at or after the hash of its id, so a job stays on its
+/// address while others come and go. Stable across bridge versions and processes.
 fn consistent_hash(live: &[String], job_id: i64) -> usize {
     const VIRTUAL_NODES: u32 = 100;
-    let key = hash_of(("job", job_id));
+    let key = xxl_hash(&job_id.to_string());
     let mut best: Option<(u64, usize)> = None;
     let mut lowest: Option<(u64, usize)> = None;
     for (i, address) in live.iter().enumerate() {
         for v in 0..VIRTUAL_NODES {
-            let h = hash_of(("node", address, v));
+            let h = xxl_hash(&format!("SHARD-{address}-NODE-{v}"));
             if h >= key && best.is_none_or(|(b, _)| h < b) {
                 best = Some((h, i));
             }
@@ -312,6 +328,15 @@ impl Bridge {
             .enumerate()
             .filter(|(p, _)| p % shard_total == ctx.shard_index as usize)
             .collect();
+        if mine.len() > MAX_BROADCAST {
+            return Outcome::failure(format!(
+                "shard {} of {shard_total} would go to {} executor addresses of {:?}; at most \
+                 {MAX_BROADCAST} are supported: run more workers for the job type",
+                ctx.shard_index,
+                mine.len(),
+                target.app
+            ));
+        }
         if mine.is_empty() {
             let msg = format!(
                 "shard {} of {shard_total}: none of the {total} executor addresses of {:?} falls \
@@ -331,7 +356,7 @@ impl Bridge {
             let (target, ctx) = (target.clone(), ctx.clone());
             async move {
                 let outcome = bridge
-                    .dispatch(&target, &ctx, route, Some(one.clone()), k as u32 * 10)
+                    .dispatch(&target, &ctx, route, Some(one.clone()), k as u32)
                     .await;
                 (one, outcome)
             }
@@ -483,23 +508,25 @@ impl Bridge {
             "{prefix}xxl: running {} on {address} (log id {id})",
             target.handler
         ));
-        match self.client.run(address, &param).await {
-            Ok(_) => {}
-            // Nothing reached it: another address may take the run.
-            Err(e @ CallError::Unreachable { .. }) => {
-                waiting.give_up("the executor was unreachable");
+        let mut log = LogCursor::new(address, id, fire_ms, prefix.clone());
+        if let Err(e) = self.client.run(address, &param).await {
+            // A result may have come while the answer was lost (a fast handler).
+            if let Some(result) = waiting.give_up(format!("the run call failed: {e}")) {
+                return OnExecutor::Ended(outcome_of(&result, address));
+            }
+            if e.never_reached() {
+                // Nothing reached it: another address may take the run.
                 return OnExecutor::Elsewhere(e.to_string());
             }
-            Err(e) => {
-                waiting.give_up(format!("the run call failed: {e}"));
-                if matches!(e, CallError::TimedOut { .. }) {
-                    self.kill(address, job_id).await;
-                }
-                return OnExecutor::Ended(Outcome::Failure(e.to_string()));
+            if !matches!(e, CallError::Refused { .. }) {
+                // It may have taken the run.
+                self.kill(address, job_id).await;
             }
+            return OnExecutor::Ended(Outcome::Failure(e.to_string()));
         }
-        let mut log = LogCursor::new(address, id, fire_ms, prefix.clone());
-        let mut misses = 0u32;
+        waiting.kill_on_drop(self.client.clone(), address, job_id);
+        let mut refused = 0u32;
+        let mut idle = 0u32;
         let mut tick = tokio::time::interval(self.options.poll_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
@@ -511,13 +538,16 @@ impl Bridge {
                     let Ok(result) = result else {
                         return OnExecutor::Ended(Outcome::failure("the bridge stopped waiting"));
                     };
-                    log.fetch(&self.client, ctx).await;
+                    log.drain(&self.client, ctx).await;
                     return OnExecutor::Ended(outcome_of(&result, address));
                 }
                 _ = ctx.cancel.cancelled() => {
-                    waiting.give_up("the run was cancelled or timed out");
+                    if let Some(result) = waiting.give_up("the run was cancelled or timed out") {
+                        return OnExecutor::Ended(outcome_of(&result, address));
+                    }
+                    // Kill first: the worker gives a cancelled handler a few seconds only.
                     self.kill(address, job_id).await;
-                    log.fetch(&self.client, ctx).await;
+                    log.drain(&self.client, ctx).await;
                     return OnExecutor::Ended(Outcome::failure(format!(
                         "interrupted; /kill sent to {address}"
                     )));
@@ -529,17 +559,37 @@ impl Bridge {
                         .addresses(&target.app)
                         .iter()
                         .any(|a| a == address);
-                    let answered = log.fetch(&self.client, ctx).await;
-                    misses = if answered { 0 } else { misses + 1 };
-                    if !registered || misses >= GONE_AFTER_PROBES {
+                    let reached = log.fetch(&self.client, ctx).await;
+                    refused = if reached { 0 } else { refused + 1 };
+                    // A deregistered executor that still answers is draining: let it finish.
+                    let gone = refused >= GONE_AFTER_PROBES || (!registered && refused > 0);
+                    idle = match (gone, self.client.idle_beat(address, job_id).await) {
+                        (false, Ok(_)) => idle + 1,
+                        _ => 0,
+                    };
+                    if gone {
                         let why = if registered {
-                            format!("executor {address} stopped answering ({misses} probes)")
+                            format!("executor {address} stopped answering ({refused} polls refused)")
                         } else {
-                            format!("executor {address} is no longer registered (missed beats)")
+                            format!("executor {address} is no longer registered and does not answer")
                         };
-                        waiting.give_up(why.clone());
-                        self.kill(address, job_id).await;
+                        if let Some(result) = waiting.give_up(why.clone()) {
+                            return OnExecutor::Ended(outcome_of(&result, address));
+                        }
+                        waiting.disarm_kill();
                         return OnExecutor::Elsewhere(why);
+                    }
+                    if idle >= LOST_AFTER_IDLE_POLLS {
+                        let why = format!(
+                            "executor {address} no longer runs the job and reported no result \
+                             (restarted?)"
+                        );
+                        if let Some(result) = waiting.give_up(why.clone()) {
+                            return OnExecutor::Ended(outcome_of(&result, address));
+                        }
+                        waiting.disarm_kill();
+                        log.drain(&self.client, ctx).await;
+                        return OnExecutor::Ended(Outcome::Failure(why));
                     }
                 }
             }
@@ -568,13 +618,15 @@ enum OnExecutor {
     Elsewhere(String),
 }
 
-/// Waiting for one log id's callback; gives up (so a later callback is late, not lost) when
-/// dropped unsettled, e.g. when the worker abandons the run.
+/// Waiting for one log id's callback. Dropped unsettled (the worker abandoned the run: drain or
+/// revoke timeout), it gives up, so a later callback is late rather than lost, and sends
+/// `/kill`, so the executor does not go on with a run that will run again elsewhere.
 struct Waiting {
     side: Arc<AdminSide>,
     id: i64,
     rx: tokio::sync::oneshot::Receiver<CallbackParam>,
     settled: bool,
+    kill: Option<(ExecutorClient, String, i64)>,
 }
 
 impl Waiting {
@@ -584,20 +636,49 @@ impl Waiting {
             id,
             rx: side.callbacks.expect(id),
             settled: false,
+            kill: None,
         }
     }
 
-    fn give_up(&mut self, why: impl Into<String>) {
-        if !self.settled {
-            self.settled = true;
-            self.side.callbacks.give_up(self.id, why);
+    /// Once the executor took the run.
+    fn kill_on_drop(&mut self, client: ExecutorClient, address: &str, job_id: i64) {
+        self.kill = Some((client, address.to_owned(), job_id));
+    }
+
+    fn disarm_kill(&mut self) {
+        self.kill = None;
+    }
+
+    /// Stops waiting; the result, if it came meanwhile.
+    fn give_up(&mut self, why: impl Into<String>) -> Option<CallbackParam> {
+        if self.settled {
+            return None;
+        }
+        self.settled = true;
+        self.kill = None;
+        if self.side.callbacks.give_up(self.id, why) {
+            None
+        } else {
+            self.rx.try_recv().ok()
         }
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        self.give_up("the worker abandoned the run");
+        let kill = self.kill.take();
+        if self.give_up("the worker abandoned the run").is_some() {
+            return;
+        }
+        if let (Some((client, address, job_id)), Ok(rt)) =
+            (kill, tokio::runtime::Handle::try_current())
+        {
+            rt.spawn(async move {
+                if let Err(e) = client.kill(&address, job_id).await {
+                    tracing::info!(%address, job_id, error = %e, "xxl /kill of an abandoned run failed");
+                }
+            });
+        }
     }
 }
 
@@ -607,6 +688,9 @@ struct LogCursor {
     param: LogParam,
     prefix: String,
 }
+
+/// What executors answer for a log that does not exist (yet): not log lines.
+const NO_LOG_YET: &[&str] = &["No such logid logs.", "readLog fail, logFile not exists"];
 
 impl LogCursor {
     fn new(address: &str, log_id: i64, log_date_tim: i64, prefix: String) -> Self {
@@ -621,11 +705,33 @@ impl LogCursor {
         }
     }
 
-    /// Copies new lines into the run's log; whether the executor answered.
+    /// Copies new lines into the run's log; false only when the executor refused the
+    /// connection (a slow or failing answer is not a sign that it is gone).
     async fn fetch(&mut self, client: &ExecutorClient, ctx: &RunContext) -> bool {
+        self.fetch_lines(client, ctx).await.is_some()
+    }
+
+    /// Copies what is left of the log once the run has ended (a few pages at most).
+    async fn drain(&mut self, client: &ExecutorClient, ctx: &RunContext) {
+        for _ in 0..FINAL_LOG_PAGES {
+            if self.fetch_lines(client, ctx).await.unwrap_or(0) == 0 {
+                break;
+            }
+        }
+    }
+
+    /// The number of lines copied; `None` when the connection was refused.
+    async fn fetch_lines(&mut self, client: &ExecutorClient, ctx: &RunContext) -> Option<i64> {
         match client.log(&self.address, &self.param).await {
             Ok(got) => {
+                // Java executors answer `toLineNum` below `fromLineNum` when nothing is new.
+                if got.to_line_num < self.param.from_line_num && got.to_line_num != 0 {
+                    return Some(0);
+                }
                 let content = got.log_content.unwrap_or_default();
+                if NO_LOG_YET.contains(&content.trim()) {
+                    return Some(0);
+                }
                 let mut n = 0i64;
                 for line in content.lines() {
                     ctx.log(format!("{}{line}", self.prefix));
@@ -634,11 +740,11 @@ impl LogCursor {
                 // Advance by the lines received: executors disagree on `toLineNum` when
                 // nothing is new.
                 self.param.from_line_num += n;
-                true
+                Some(n)
             }
             Err(e) => {
                 tracing::debug!(address = %self.address, error = %e, "xxl /log failed");
-                !e.is_gone()
+                (!e.never_reached()).then_some(0)
             }
         }
     }
@@ -702,8 +808,9 @@ mod tests {
 
     #[test]
     fn log_ids_are_unique_per_dispatch_and_name_the_run() {
-        assert_eq!(log_id(42, 1, 0), 420_100);
-        assert_eq!(log_id(42, 2, 3), 420_203);
+        assert_eq!(log_id(42, 1, 0), 421_000);
+        assert_eq!(log_id(42, 2, 3), 422_003);
+        assert_ne!(log_id(42, 1, 10), log_id(42, 1, 0));
         assert_ne!(log_id(42, 1, 1), log_id(43, 1, 1));
     }
 

@@ -178,8 +178,15 @@ fn text(v: &Value) -> Option<String> {
 /// Why a call to an executor did not get a successful answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallError {
-    /// No connection, or it broke.
+    /// No connection could be made: the call never reached the executor.
     Unreachable {
+        /// The executor called.
+        address: String,
+        /// What failed.
+        reason: String,
+    },
+    /// The connection broke after the call was sent: the executor may have acted on it.
+    Broken {
         /// The executor called.
         address: String,
         /// What failed.
@@ -226,6 +233,9 @@ impl fmt::Display for CallError {
             CallError::Unreachable { address, reason } => {
                 write!(f, "executor {address} is unreachable: {reason}")
             }
+            CallError::Broken { address, reason } => {
+                write!(f, "the call to executor {address} broke off: {reason}")
+            }
             CallError::TimedOut { address, after } => {
                 write!(f, "executor {address} did not answer within {after:?}")
             }
@@ -250,12 +260,18 @@ impl fmt::Display for CallError {
 impl std::error::Error for CallError {}
 
 impl CallError {
-    /// Whether the executor is not there (unreachable or silent): another address may be tried.
+    /// Whether the executor may not be there (unreachable, silent, or the connection broke).
     pub fn is_gone(&self) -> bool {
         matches!(
             self,
-            CallError::Unreachable { .. } | CallError::TimedOut { .. }
+            CallError::Unreachable { .. } | CallError::TimedOut { .. } | CallError::Broken { .. }
         )
+    }
+
+    /// Whether the call certainly never reached the executor (no connection could be made), so
+    /// sending it elsewhere cannot run it twice.
+    pub fn never_reached(&self) -> bool {
+        matches!(self, CallError::Unreachable { .. })
     }
 }
 
@@ -336,8 +352,13 @@ impl ExecutorClient {
                     address: address.to_owned(),
                     after: self.timeout,
                 }
-            } else {
+            } else if e.is_connect() {
                 CallError::Unreachable {
+                    address: address.to_owned(),
+                    reason: error_chain(&e),
+                }
+            } else {
+                CallError::Broken {
                     address: address.to_owned(),
                     reason: error_chain(&e),
                 }

@@ -31,6 +31,8 @@ use crate::producer::{self, produce, Record};
 /// How long records stay on the topic (beats older than the expiry are useless; callbacks are
 /// read within moments).
 const RETENTION: Duration = Duration::from_secs(3600);
+/// Records waiting to be shared at most; beyond, new ones are dropped with a warning.
+pub const QUEUE: usize = 4096;
 
 /// What one bridge tells the others.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,17 +82,46 @@ pub async fn run(
     create_topic(&config, &topic).await;
     let producer = producer::create(&config)?;
     let dlq = DlqProducer::new(producer.clone(), config.topics.dlq());
-    let me = config.worker_id.0.clone();
+    // Per process, not the worker id: a restarted bridge with a fixed id reads its previous
+    // life's records as anyone else's.
+    let me = format!("{}/{}", config.worker_id.0, uuid::Uuid::new_v4().simple());
     let mut consumer_config = consumer_client_config(&config);
     consumer_config
         .set("group.id", format!("{}.xxl-bridge.{me}", config.group))
-        .set("client.id", format!("{me}.xxl-bridge"));
+        .set("client.id", format!("{}.xxl-bridge", config.worker_id.0));
     let consumer: StreamConsumer = consumer_config.create()?;
+    // Every partition, from the beginning (records are few; old beats are skipped by age).
+    let metadata = consumer
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .map_err(|e| anyhow::anyhow!("cannot read the metadata of {topic}: {e}"))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        anyhow::bail!(
+            "topic {topic} does not exist and could not be created: bridge workers cannot share \
+             executors' beats and results (create it with one partition)"
+        );
+    }
     let mut assignment = TopicPartitionList::new();
-    assignment.add_partition_offset(&topic, 0, Offset::Beginning)?;
+    for p in &partitions {
+        assignment.add_partition_offset(&topic, *p, Offset::Beginning)?;
+    }
     consumer.assign(&assignment)?;
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = mpsc::channel(QUEUE);
     side.share_with(tx);
+    // One sender, in order: a deregistration never overtakes the beat before it.
+    let (out_tx, mut out_rx) = mpsc::channel::<Record>(QUEUE);
+    let sender = tokio::spawn(async move {
+        while let Some(record) = out_rx.recv().await {
+            if let Err(e) = produce(&producer, &record).await {
+                tracing::warn!(error = %e, "the bridge could not share a record with the other workers");
+            }
+        }
+    });
     tracing::info!(%topic, "XXL-JOB bridge shares executors' beats and results with other workers");
     loop {
         tokio::select! {
@@ -110,12 +141,9 @@ pub async fn run(
                     }
                 };
                 let record = Record { topic: topic.clone(), key, payload: Some(payload), headers: Vec::new() };
-                let producer = producer.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = produce(&producer, &record).await {
-                        tracing::warn!(error = %e, "the bridge could not share a record with the other workers");
-                    }
-                });
+                if out_tx.try_send(record).is_err() {
+                    tracing::warn!("the bridge's queue to the other workers is full: a record was dropped");
+                }
             }
             msg = consumer.recv() => {
                 let msg = match msg {
@@ -150,6 +178,8 @@ pub async fn run(
             }
         }
     }
+    drop(out_tx);
+    let _ = sender.await;
     Ok(())
 }
 
