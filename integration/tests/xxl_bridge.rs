@@ -120,38 +120,61 @@ async fn callbacks_counted(metrics: &str, outcome: &str) -> anyhow::Result<f64> 
         .unwrap_or(0.0))
 }
 
+/// A `cadenza-worker` serving `serve` with the bridge on a free port and its metrics on another.
+struct BridgeWorker {
+    worker: cadenza_integration::WorkerHandle,
+    url: String,
+    metrics: String,
+}
+
+async fn bridge_worker(
+    cluster: &Cluster,
+    serve: &[&str],
+    group: &str,
+    extra_env: &[(&str, &str)],
+) -> BridgeWorker {
+    let (bridge_port, metrics_port) = (free_port().unwrap(), free_port().unwrap());
+    let listen = format!("127.0.0.1:{bridge_port}");
+    let metrics_listen = format!("127.0.0.1:{metrics_port}");
+    let mut env = vec![
+        ("CADENZA_XXL_LISTEN", listen.as_str()),
+        ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
+        ("CADENZA_METRICS_LISTEN", metrics_listen.as_str()),
+    ];
+    env.extend_from_slice(extra_env);
+    let worker = cluster
+        .spawn_worker(&serve.join(","), group, &env)
+        .await
+        .unwrap();
+    wait_for_port(bridge_port, WAIT).await.unwrap();
+    BridgeWorker {
+        worker,
+        url: format!("http://{listen}"),
+        metrics: format!("http://{metrics_listen}"),
+    }
+}
+
 #[tokio::test]
 async fn bridge_runs_jobs_on_pyxxl_executors() {
     let cluster = Cluster::start().await.unwrap();
     let admin = cluster.spawn_admin(&[]).await.unwrap();
     let api = admin.api();
-    let bridge_port = free_port().unwrap();
-    let metrics_port = free_port().unwrap();
-    let bridge = format!("http://127.0.0.1:{bridge_port}");
-    let metrics = format!("http://127.0.0.1:{metrics_port}");
-    let serve = [
-        "xb.echo=xxl:billing-app/echoHandler",
-        "xb.fail=xxl:billing-app/failHandler",
-        "xb.sleep=xxl:billing-app/sleepHandler",
-        "xb.shard=xxl:billing-app/shardHandler",
-    ]
-    .join(",");
-    let worker = cluster
-        .spawn_worker(
-            &serve,
-            "bridge",
-            &[
-                ("CADENZA_XXL_LISTEN", &format!("127.0.0.1:{bridge_port}")),
-                ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
-                (
-                    "CADENZA_METRICS_LISTEN",
-                    &format!("127.0.0.1:{metrics_port}"),
-                ),
-            ],
-        )
-        .await
-        .unwrap();
-    wait_for_port(bridge_port, WAIT).await.unwrap();
+    let BridgeWorker {
+        worker,
+        url: bridge,
+        metrics,
+    } = bridge_worker(
+        &cluster,
+        &[
+            "xb.echo=xxl:billing-app/echoHandler",
+            "xb.fail=xxl:billing-app/failHandler",
+            "xb.sleep=xxl:billing-app/sleepHandler",
+            "xb.shard=xxl:billing-app/shardHandler",
+        ],
+        "bridge",
+        &[],
+    )
+    .await;
 
     let (exec_a, port_a) = start_executor(&cluster, "pyxxl-a", &bridge, APP);
     let (exec_b, port_b) = start_executor(&cluster, "pyxxl-b", &bridge, APP);
@@ -336,31 +359,23 @@ async fn bridge_fails_runs_on_broken_executors_and_goes_on() {
     let cluster = Cluster::start().await.unwrap();
     let admin = cluster.spawn_admin(&[]).await.unwrap();
     let api = admin.api();
-    let bridge_port = free_port().unwrap();
-    let bridge = format!("http://127.0.0.1:{bridge_port}");
-    let serve = [
-        "xb.garbage=xxl:broken-app/garbage",
-        "xb.refuse=xxl:broken-app/refuse",
-        "xb.hang=xxl:broken-app/hang",
-        "xb.nobody=xxl:absent-app/echoHandler",
-        "xb.echo=xxl:billing-app/echoHandler",
-    ]
-    .join(",");
-    let _worker = cluster
-        .spawn_worker(
-            &serve,
-            "bridge",
-            &[
-                ("CADENZA_XXL_LISTEN", &format!("127.0.0.1:{bridge_port}")),
-                ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
-                ("CADENZA_XXL_ADDRESS_WAIT_MS", "1000"),
-                // The broken executor registers once, without beating.
-                ("CADENZA_XXL_DEAD_AFTER_MS", "600000"),
-            ],
-        )
-        .await
-        .unwrap();
-    wait_for_port(bridge_port, WAIT).await.unwrap();
+    let BridgeWorker { url: bridge, .. } = bridge_worker(
+        &cluster,
+        &[
+            "xb.garbage=xxl:broken-app/garbage",
+            "xb.refuse=xxl:broken-app/refuse",
+            "xb.hang=xxl:broken-app/hang",
+            "xb.nobody=xxl:absent-app/echoHandler",
+            "xb.echo=xxl:billing-app/echoHandler",
+        ],
+        "bridge",
+        &[
+            ("CADENZA_XXL_ADDRESS_WAIT_MS", "1000"),
+            // The broken executor registers once, without beating.
+            ("CADENZA_XXL_DEAD_AFTER_MS", "600000"),
+        ],
+    )
+    .await;
 
     // A broken executor: it registers like any other, then answers /run badly.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -431,51 +446,26 @@ async fn bridge_fails_runs_on_broken_executors_and_goes_on() {
     assert_eq!(run["message"], "echo still here");
 }
 
-/// Starts a bridge worker of group `bridges` serving `xb.echo`; returns it, its bridge URL and
-/// its metrics URL.
-async fn bridge_worker(cluster: &Cluster) -> (cadenza_integration::WorkerHandle, String, String) {
-    let (bridge_port, metrics_port) = (free_port().unwrap(), free_port().unwrap());
-    let worker = cluster
-        .spawn_worker(
-            "xb.echo=xxl:billing-app/echoHandler",
-            "bridges",
-            &[
-                ("CADENZA_XXL_LISTEN", &format!("127.0.0.1:{bridge_port}")),
-                ("CADENZA_XXL_ACCESS_TOKEN", TOKEN),
-                (
-                    "CADENZA_METRICS_LISTEN",
-                    &format!("127.0.0.1:{metrics_port}"),
-                ),
-            ],
-        )
-        .await
-        .unwrap();
-    wait_for_port(bridge_port, WAIT).await.unwrap();
-    (
-        worker,
-        format!("http://127.0.0.1:{bridge_port}"),
-        format!("http://127.0.0.1:{metrics_port}"),
-    )
-}
-
 #[tokio::test]
 async fn bridge_workers_share_executors_and_results() {
     let cluster = Cluster::start().await.unwrap();
     let admin = cluster.spawn_admin(&[]).await.unwrap();
     let api = admin.api();
-    let (w1, bridge1, metrics1) = bridge_worker(&cluster).await;
-    let (w2, bridge2, _) = bridge_worker(&cluster).await;
+    let echo = ["xb.echo=xxl:billing-app/echoHandler"];
+    let b1 = bridge_worker(&cluster, &echo, "bridges", &[]).await;
+    let b2 = bridge_worker(&cluster, &echo, "bridges", &[]).await;
+    let (bridge1, bridge2) = (&b1.url, &b2.url);
 
     // The executor knows only the first bridge; the second learns of it from the first.
-    let (_exec, port) = start_executor(&cluster, "pyxxl", &bridge1, APP);
+    let (_exec, port) = start_executor(&cluster, "pyxxl", bridge1, APP);
     let address = vec![format!("http://127.0.0.1:{port}")];
-    wait_registered(&bridge1, APP, &address).await;
-    wait_registered(&bridge2, APP, &address).await;
+    wait_registered(bridge1, APP, &address).await;
+    wait_registered(bridge2, APP, &address).await;
 
     let topic = cluster
         .topics()
         .trigger(&cadenza_schemas::JobType::parse("xb.echo").unwrap());
-    let live = vec![w1.id().to_owned(), w2.id().to_owned()];
+    let live = vec![b1.worker.id().to_owned(), b2.worker.id().to_owned()];
     api.wait_assignment(&topic, &live, 6, WAIT).await.unwrap();
 
     // Round robin over the two workers: runs taken by the second bridge get their results,
@@ -514,5 +504,5 @@ async fn bridge_workers_share_executors_and_results() {
         },
         "both bridges ran some"
     );
-    assert!(callbacks_counted(&metrics1, "forwarded").await.unwrap() >= 1.0);
+    assert!(callbacks_counted(&b1.metrics, "forwarded").await.unwrap() >= 1.0);
 }

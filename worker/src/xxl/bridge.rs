@@ -563,10 +563,6 @@ impl Bridge {
                     refused = if reached { 0 } else { refused + 1 };
                     // A deregistered executor that still answers is draining: let it finish.
                     let gone = refused >= GONE_AFTER_PROBES || (!registered && refused > 0);
-                    idle = match (gone, self.client.idle_beat(address, job_id).await) {
-                        (false, Ok(_)) => idle + 1,
-                        _ => 0,
-                    };
                     if gone {
                         let why = if registered {
                             format!("executor {address} stopped answering ({refused} polls refused)")
@@ -579,6 +575,10 @@ impl Bridge {
                         waiting.disarm_kill();
                         return OnExecutor::Elsewhere(why);
                     }
+                    idle = match self.client.idle_beat(address, job_id).await {
+                        Ok(_) => idle + 1,
+                        Err(_) => 0,
+                    };
                     if idle >= LOST_AFTER_IDLE_POLLS {
                         let why = format!(
                             "executor {address} no longer runs the job and reported no result \
