@@ -187,7 +187,7 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
     wait_registered(&bridge, APP, &addresses).await;
 
     // Success: the executor's return value is the run's message, its log the run's log.
-    let (_, id) = run_job(
+    let (echo_job, id) = run_job(
         &api,
         json!({"name": "echo", "job_type": "xb.echo", "params": "invoice-42",
                "schedule": {"kind": "none"}}),
@@ -205,7 +205,7 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
     assert!(run["started_at"].is_string() && run["finished_at"].is_string());
 
     // Failure, with the exception's message.
-    let (_, id) = run_job(
+    let (fail_job, id) = run_job(
         &api,
         json!({"name": "fail", "job_type": "xb.fail", "params": "x=1",
                "schedule": {"kind": "none"}}),
@@ -218,6 +218,17 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
         msg.contains("failed on the executor") && msg.contains("bad input: x=1"),
         "{msg}"
     );
+
+    // A run that ended by its result sends no /kill (it would stop other runs of the job).
+    for job in [echo_job, fail_job] {
+        for exec in [&exec_a, &exec_b] {
+            let said = exec.log();
+            assert!(
+                !said.contains(&format!("start kill job: job_id={job}\n")),
+                "{said}"
+            );
+        }
+    }
 
     // Timeout: Cadenza's timeout ends the run, /kill stops it on the executor (idle again at
     // once, not after 30 s), and the executor's own result, which comes after, is counted as

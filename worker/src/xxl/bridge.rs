@@ -666,6 +666,10 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        if self.settled {
+            // Its result came, or the run already gave up (and killed what it had to).
+            return;
+        }
         let kill = self.kill.take();
         if self.give_up("the worker abandoned the run").is_some() {
             return;
