@@ -214,11 +214,17 @@ async fn a_run_is_one_trace_from_the_api_call_to_the_ingested_result() {
         request.attr("http.response.status_code").as_deref(),
         Some("202")
     );
-    // Scans that wrote triggers are spans too.
-    assert!(
-        all.iter()
-            .any(|s| s.name == "scan" && s.service == "cadenza-admin"),
-        "no scan span"
-    );
+    // Scans that wrote triggers are spans too (exported in batches: wait for one, as above).
+    wait_for(WAIT, "a scan span at the collector", || {
+        let all = spans(&collector);
+        async move {
+            Ok(all
+                .iter()
+                .any(|s| s.name == "scan" && s.service == "cadenza-admin")
+                .then_some(()))
+        }
+    })
+    .await
+    .unwrap();
     cluster.stop_all(Duration::from_secs(10)).await.unwrap();
 }
