@@ -103,21 +103,13 @@ fn text(v: &Value) -> &str {
     v.as_str().unwrap_or_default()
 }
 
-/// `cadenza_worker_xxl_callbacks_total{outcome=…}` from the worker's metrics.
-async fn callbacks_counted(metrics: &str, outcome: &str) -> anyhow::Result<f64> {
-    let body = reqwest::get(format!("{metrics}/metrics"))
-        .await?
-        .text()
-        .await?;
-    Ok(body
-        .lines()
-        .find(|l| {
-            l.starts_with("cadenza_worker_xxl_callbacks_total{")
-                && l.contains(&format!("outcome=\"{outcome}\""))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0))
+/// `cadenza_worker_xxl_callbacks_total{group, outcome}` from the worker's metrics.
+async fn callbacks_counted(metrics: &str, group: &str, outcome: &str) -> anyhow::Result<f64> {
+    ApiClient::new(metrics, None)?
+        .metric(&format!(
+            "cadenza_worker_xxl_callbacks_total{{group=\"{group}\",outcome=\"{outcome}\"}}"
+        ))
+        .await
 }
 
 /// A `cadenza-worker` serving `serve` with the bridge on a free port and its metrics on another.
@@ -260,7 +252,7 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
     .unwrap();
     wait_for(WAIT, "the late result to be counted", || {
         let metrics = metrics.clone();
-        async move { Ok((callbacks_counted(&metrics, "late").await? == 1.0).then_some(())) }
+        async move { Ok((callbacks_counted(&metrics, "bridge", "late").await? == 1.0).then_some(())) }
     })
     .await
     .unwrap();
@@ -345,7 +337,12 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
         log.contains(&format!("running sleepHandler on {}", addresses[1])),
         "{log}"
     );
-    assert_eq!(callbacks_counted(&metrics, "unknown").await.unwrap(), 0.0);
+    assert_eq!(
+        callbacks_counted(&metrics, "bridge", "unknown")
+            .await
+            .unwrap(),
+        0.0
+    );
 }
 
 /// What the broken executor answers `/run`, by handler name.
@@ -515,5 +512,10 @@ async fn bridge_workers_share_executors_and_results() {
         },
         "both bridges ran some"
     );
-    assert!(callbacks_counted(&b1.metrics, "forwarded").await.unwrap() >= 1.0);
+    assert!(
+        callbacks_counted(&b1.metrics, "bridges", "forwarded")
+            .await
+            .unwrap()
+            >= 1.0
+    );
 }
