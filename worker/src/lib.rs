@@ -26,7 +26,7 @@
 //! everything it learns and reports travels through Kafka (`cadenza-schemas` wire types).
 //!
 //! A trigger's offset is committed only after its `finished` event is delivered, and every commit
-//! records which runs above it finished, started or were reporting (see `offsets`): a crash or a
+//! records which runs above it finished, started or were reporting (see `progress`): a crash or a
 //! rebalance re-runs only what had not finished, with `attempt + 1`, and never re-runs a run whose
 //! result was published. On revocation, runs that have not started are handed back and running
 //! ones get [`WorkerBuilder::revoke_timeout`] to finish before they are abandoned (and run again
@@ -49,15 +49,16 @@ use tokio_util::task::TaskTracker;
 
 pub mod builtin;
 mod config;
-mod consumer;
 mod dlq;
 mod handler;
 mod heartbeat;
+mod intake;
 mod lane;
 pub mod metrics;
 pub mod net_policy;
-mod offsets;
 mod producer;
+mod progress;
+mod rebalance;
 mod results;
 mod run;
 pub mod telemetry;
@@ -465,13 +466,13 @@ impl Worker {
         ))?;
         let hand_back = CancellationToken::new();
         let abandon = CancellationToken::new();
-        let offsets = Arc::new(Mutex::new(offsets::OffsetTracker::new(
+        let offsets = Arc::new(Mutex::new(progress::OffsetTracker::new(
             hand_back.clone(),
             abandon.clone(),
         )));
-        let signal = Arc::new(consumer::ProgressSignal::default());
+        let signal = Arc::new(progress::ProgressSignal::default());
         let progress = Arc::new(
-            consumer::Progress::new(
+            progress::Progress::new(
                 &cfg,
                 Arc::clone(&offsets),
                 producer.clone(),
@@ -482,9 +483,9 @@ impl Worker {
         );
         let assignment: heartbeat::Assignment = Arc::default();
         let consumer = Arc::new(
-            consumer::create(
+            rebalance::create(
                 &cfg,
-                consumer::ConsumerCtx::new(
+                rebalance::ConsumerCtx::new(
                     Arc::clone(&offsets),
                     Arc::clone(&progress),
                     Arc::clone(&assignment),
@@ -494,13 +495,13 @@ impl Worker {
             )
             .map_err(kafka("creating the Kafka consumer"))?,
         );
-        let routes: HashMap<String, consumer::Route> = self
+        let routes: HashMap<String, intake::Route> = self
             .handlers
             .iter()
             .map(|(job_type, handler)| {
                 (
                     topics.trigger(job_type),
-                    consumer::Route {
+                    intake::Route {
                         job_type: job_type.clone(),
                         handler: Arc::clone(handler),
                     },
@@ -536,8 +537,6 @@ impl Worker {
             worker_id: cfg.worker_id.clone(),
             group: cfg.group.clone(),
             results: results::KafkaResults::new(producer.clone(), topics.results()),
-            offsets: Arc::clone(&offsets),
-            progress: signal,
             lanes: Arc::clone(&lanes),
             capacity: Arc::new(Semaphore::new(
                 usize::try_from(cfg.capacity).unwrap_or(usize::MAX),
@@ -568,7 +567,7 @@ impl Worker {
         };
         let heartbeat_task = tokio::spawn(heartbeater.run(heartbeat_stop.clone()));
 
-        let committer = consumer::Committer::new(
+        let committer = progress::Committer::new(
             Arc::clone(&consumer),
             Arc::clone(&progress),
             cfg.commit_interval,
@@ -576,8 +575,9 @@ impl Worker {
         let commit_stop = CancellationToken::new();
         let commit_task = tokio::spawn(committer.clone().run(commit_stop.clone()));
 
-        let intake = consumer::Intake {
+        let intake = intake::Intake {
             consumer: Arc::clone(&consumer),
+            deliveries: progress::Deliveries::new(Arc::clone(&offsets), signal),
             env: Arc::clone(&env),
             routes,
             dlq: dlq::DlqProducer::new(producer.clone(), topics.dlq()),

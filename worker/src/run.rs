@@ -3,7 +3,7 @@
 //! 1. the lane admits it (or discards it: `discard_later`) — synchronously, in consumption order;
 //! 2. it waits for its lane's turn, then for a capacity permit (a `cover_early` trigger may cancel
 //!    it meanwhile; a revoked partition or a stopping worker hands it back unstarted);
-//! 3. its `started` mark is made durable (see `offsets`), then `started` is published and the
+//! 3. its `started` mark is made durable (see [`progress`](crate::progress)), then `started` is published and the
 //!    handler runs (timeout, cancellation, panics: see [`execute`]); its log lines are shipped
 //!    in bounded batches while it runs (`log` events);
 //! 4. its `reporting` mark (with the verdict) is made durable, then `finished` is published and
@@ -15,7 +15,7 @@
 //! next owner runs it again, with `attempt + 1` if it had started.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_schemas::{
@@ -28,12 +28,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::consumer::ProgressSignal;
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
 use crate::lane::{Admission, Cause, Lanes, Turn};
-use crate::lock;
 use crate::metrics::{FinishedLabels, JobTypeLabel, WorkerMetrics};
-use crate::offsets::{Begun, Durability, Epoch, OffsetTracker, PartitionTokens, TopicPartition};
+use crate::progress::Delivery;
 use crate::results::ResultSink;
 use crate::telemetry;
 
@@ -43,44 +41,6 @@ pub(crate) const LOG_SHIP_INTERVAL: Duration = Duration::from_millis(500);
 pub(crate) const LOG_SHIP_MAX_BYTES: usize = 16 * 1024;
 /// Most bytes of a message kept in a progress record.
 const REPORT_MESSAGE_MAX: usize = 1024;
-
-/// Where a trigger came from, and what finishing it means for the offset tracker. Dropping it
-/// tells the tracker the offset's task is over.
-#[derive(Debug)]
-pub(crate) struct Delivery {
-    pub tp: TopicPartition,
-    pub offset: i64,
-    pub epoch: Epoch,
-    pub tokens: PartitionTokens,
-    /// The W3C trace context of the trigger, forwarded on the result events.
-    pub traceparent: Option<String>,
-    offsets: Arc<Mutex<OffsetTracker>>,
-}
-
-impl Delivery {
-    pub(crate) fn new(
-        offsets: &Arc<Mutex<OffsetTracker>>,
-        tp: TopicPartition,
-        offset: i64,
-        begun: &Begun,
-        traceparent: Option<String>,
-    ) -> Self {
-        Self {
-            tp,
-            offset,
-            epoch: begun.epoch,
-            tokens: begun.tokens.clone(),
-            traceparent,
-            offsets: Arc::clone(offsets),
-        }
-    }
-}
-
-impl Drop for Delivery {
-    fn drop(&mut self) {
-        lock(&self.offsets).end(&self.tp, self.epoch);
-    }
-}
 
 /// Counts triggers taken from Kafka and not finished, so the consumer can pause when too many
 /// pile up (see [`WorkerConfig::max_in_flight`](crate::WorkerConfig::max_in_flight)).
@@ -157,8 +117,6 @@ pub(crate) struct RunEnv {
     pub worker_id: WorkerId,
     pub group: String,
     pub results: Arc<dyn ResultSink>,
-    pub offsets: Arc<Mutex<OffsetTracker>>,
-    pub progress: Arc<ProgressSignal>,
     pub lanes: Arc<Lanes>,
     /// Bounds concurrent handler executions across jobs.
     pub capacity: Arc<Semaphore>,
@@ -286,7 +244,7 @@ impl RunEnv {
                 attempt,
             };
             env.report(
-                &delivery,
+                delivery,
                 &ids,
                 Verdict::new(RunStatus::Failed, reason),
                 None,
@@ -328,38 +286,10 @@ impl RunEnv {
                 )
                 .await
             {
-                env.finish_offset(&delivery);
+                delivery.finish();
             }
             drop(guard);
         });
-    }
-
-    /// The message at `delivery` is completely handled.
-    pub(crate) fn finish_offset(&self, delivery: &Delivery) {
-        lock(&self.offsets).finish(&delivery.tp, delivery.offset, delivery.epoch);
-    }
-
-    /// Wait until `version` of the delivery's partition is durable. False if the partition was
-    /// revoked or `stop` fired first.
-    async fn durable(&self, d: &Delivery, version: u64, stop: &CancellationToken) -> bool {
-        let mut committed = self.progress.committed.subscribe();
-        loop {
-            match lock(&self.offsets).durability(&d.tp, d.epoch, version) {
-                Durability::Durable => return true,
-                Durability::Gone => return false,
-                Durability::Pending => {}
-            }
-            self.progress.wake.notify_one();
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return false,
-                changed = committed.changed() => {
-                    if changed.is_err() {
-                        return false;
-                    }
-                }
-            }
-        }
     }
 
     /// Run `attempt` until it succeeds or `stop` fires; waits with exponential backoff between
@@ -420,7 +350,7 @@ impl RunEnv {
                         trigger.job_id, self.worker_id
                     ),
                 );
-                self.report(&delivery, &ids, verdict, None, None).await;
+                self.report(delivery, &ids, verdict, None, None).await;
                 return;
             }
             Admission::Admitted(slot) => slot,
@@ -438,7 +368,7 @@ impl RunEnv {
         if turn == Turn::Cancelled {
             let verdict = cancelled_verdict(slot.cause());
             drop(slot);
-            self.report(&delivery, &ids, verdict, None, None).await;
+            self.report(delivery, &ids, verdict, None, None).await;
             return;
         }
         let permit = tokio::select! {
@@ -450,7 +380,7 @@ impl RunEnv {
             _ = slot.token().cancelled() => {
                 let verdict = cancelled_verdict(slot.cause());
                 drop(slot);
-                self.report(&delivery, &ids, verdict, None, None).await;
+                self.report(delivery, &ids, verdict, None, None).await;
                 return;
             }
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
@@ -462,13 +392,7 @@ impl RunEnv {
         drop(waiting);
 
         // The next owner must know this run may have started (→ attempt + 1) before it does.
-        let marked =
-            lock(&self.offsets).start(&delivery.tp, delivery.offset, delivery.epoch, attempt);
-        let durable = match marked {
-            Some(v) => self.durable(&delivery, v, &revoking).await,
-            None => false,
-        };
-        if !durable {
+        if !delivery.mark_started(attempt).await {
             tracing::info!(
                 "handing back a run that had not started (partition revoked or worker stopping)"
             );
@@ -568,7 +492,7 @@ impl RunEnv {
             tracing::warn!(%error, "the started/log task failed");
         }
         let times = Some((started_at, ended_at));
-        self.report(&delivery, &ids, verdict, times, log.contents())
+        self.report(delivery, &ids, verdict, times, log.contents())
             .await;
     }
 
@@ -576,7 +500,7 @@ impl RunEnv {
     /// offset.
     async fn report(
         &self,
-        delivery: &Delivery,
+        delivery: Delivery,
         ids: &RunIds<'_>,
         verdict: Verdict,
         times: Option<(DateTime<Utc>, DateTime<Utc>)>,
@@ -593,10 +517,8 @@ impl RunEnv {
             None => (None, Utc::now()),
         };
         let trigger = ids.trigger;
-        let marked = lock(&self.offsets).report(
-            &delivery.tp,
-            delivery.epoch,
-            ReportingOffset {
+        let durable = delivery
+            .mark_reporting(ReportingOffset {
                 offset: delivery.offset,
                 trigger_id: trigger.trigger_id,
                 job_id: trigger.job_id,
@@ -610,12 +532,8 @@ impl RunEnv {
                     .as_deref()
                     .map(|m| clip_front(m, REPORT_MESSAGE_MAX)),
                 retry_requested: verdict.retry_requested,
-            },
-        );
-        let durable = match marked {
-            Some(v) => self.durable(delivery, v, &delivery.tokens.dropped).await,
-            None => false,
-        };
+            })
+            .await;
         if !durable {
             tracing::warn!(%status, "partition revoked before the result was recorded; its next owner runs the trigger again");
             return;
@@ -646,7 +564,7 @@ impl RunEnv {
             )
             .await;
         if delivered {
-            self.finish_offset(delivery);
+            delivery.finish();
             self.metrics
                 .runs_finished
                 .get_or_create(&FinishedLabels {
@@ -701,9 +619,13 @@ async fn ship(
 mod tests {
     use super::*;
     use crate::handler::handler_fn;
+    use crate::lock;
+    use crate::progress::tracker::AssignmentEpoch;
+    use crate::progress::{Deliveries, OffsetTracker, ProgressSignal, TopicPartition};
     use crate::results::PublishError;
     use cadenza_schemas::{BlockStrategy, JobId, TriggerId};
     use futures::future::BoxFuture;
+    use std::sync::Mutex;
     use tokio::time::Instant;
 
     /// Collects published events, with the (virtual) time they were published.
@@ -728,8 +650,10 @@ mod tests {
     struct Harness {
         env: Arc<RunEnv>,
         sink: Arc<Collect>,
+        offsets: Arc<Mutex<OffsetTracker>>,
+        deliveries: Deliveries,
         tp: TopicPartition,
-        epoch: Epoch,
+        epoch: AssignmentEpoch,
         t0: Instant,
     }
 
@@ -761,8 +685,6 @@ mod tests {
                 worker_id: WorkerId("w1".into()),
                 group: "g".into(),
                 results: sink.clone(),
-                offsets,
-                progress,
                 lanes: Arc::new(Lanes::default()),
                 capacity: Arc::new(Semaphore::new(capacity)),
                 in_flight: InFlight::new(1000),
@@ -773,9 +695,12 @@ mod tests {
                 tasks: TaskTracker::new(),
                 metrics: Arc::new(WorkerMetrics::new("test", capacity as u32)),
             });
+            let deliveries = Deliveries::new(Arc::clone(&offsets), progress);
             Self {
                 env,
                 sink,
+                offsets,
+                deliveries,
                 tp,
                 epoch,
                 t0: Instant::now(),
@@ -793,9 +718,9 @@ mod tests {
         }
 
         fn delivery(&self, offset: i64) -> Delivery {
-            let begun = lock(&self.env.offsets).begin(&self.tp, offset).unwrap();
-            assert_eq!(begun.epoch, self.epoch);
-            Delivery::new(&self.env.offsets, self.tp.clone(), offset, &begun, None)
+            let (delivery, _) = self.deliveries.take(self.tp.clone(), offset, None).unwrap();
+            assert_eq!(delivery.epoch(), self.epoch);
+            delivery
         }
 
         /// Dispatch `t` at offset `offset` with `handler`.
@@ -837,7 +762,7 @@ mod tests {
         }
 
         fn position(&self) -> Option<i64> {
-            lock(&self.env.offsets).position(&self.tp)
+            lock(&self.offsets).position(&self.tp)
         }
     }
 
