@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
-//! use cadenza_worker::{CancellationToken, Outcome, Worker};
+//! use cadenza_worker::{Outcome, Worker};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let worker = Worker::builder()
@@ -17,8 +17,9 @@
 //!         Outcome::success()
 //!     })
 //!     .build()?;
-//! let shutdown = CancellationToken::new();
-//! worker.run(shutdown).await?; // returns after a graceful stop
+//! let running = worker.start().await?;
+//! // … until it is time to stop (e.g. SIGTERM):
+//! running.stop().await; // stop taking triggers, drain, commit, leave the group
 //! # Ok(()) }
 //! ```
 //!
@@ -45,6 +46,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub mod builtin;
@@ -397,7 +399,7 @@ impl WorkerBuilder {
     }
 }
 
-/// A worker, ready to [`run`](Worker::run).
+/// A worker, ready to [`start`](Worker::start).
 pub struct Worker {
     config: WorkerConfig,
     handlers: BTreeMap<JobType, Arc<dyn Handler>>,
@@ -438,15 +440,23 @@ impl Worker {
         Arc::clone(&self.metrics)
     }
 
-    /// Consume and run triggers until `shutdown` is cancelled, then stop gracefully: take no new
-    /// triggers (those queued in lanes are handed back), let running runs finish for up to the
-    /// drain timeout (the rest are handed back unreported and will run again elsewhere), commit
-    /// the finished offsets, write the heartbeat tombstone, leave the group, flush the producer.
+    /// Consume and run triggers until `shutdown` is cancelled, then stop gracefully: the same
+    /// as [`start`](Self::start), waiting for `shutdown`, then [`Running::stop`].
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let running = self.start().await?;
+        shutdown.cancelled().await;
+        running.stop().await;
+        Ok(())
+    }
+
+    /// Start the worker: listen for metrics (if configured), create the topics it needs, join
+    /// the consumer group, and start consuming, committing and heartbeating in background
+    /// tasks. Returns once everything runs; stop it with [`Running::stop`].
+    pub async fn start(self) -> Result<Running, WorkerError> {
         let cfg = self.config;
         let topics = &cfg.topics;
         let metrics = self.metrics;
-        let metrics_stop = CancellationToken::new();
+        let stop_metrics = CancellationToken::new();
         let metrics_task = match cfg.metrics_listen {
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -455,7 +465,7 @@ impl Worker {
                 Some(tokio::spawn(metrics::serve(
                     listener,
                     Arc::clone(&metrics),
-                    metrics_stop.clone(),
+                    stop_metrics.clone(),
                 )))
             }
             None => None,
@@ -550,7 +560,7 @@ impl Worker {
             metrics: Arc::clone(&metrics),
         });
 
-        let heartbeat_stop = CancellationToken::new();
+        let stop_heartbeats = CancellationToken::new();
         let heartbeater = heartbeat::Heartbeater {
             source: heartbeat::HeartbeatSource {
                 worker_id: cfg.worker_id.clone(),
@@ -565,15 +575,15 @@ impl Worker {
             producer: producer.clone(),
             topic: topics.workers(),
         };
-        let heartbeat_task = tokio::spawn(heartbeater.run(heartbeat_stop.clone()));
+        let heartbeat_task = tokio::spawn(heartbeater.run(stop_heartbeats.clone()));
 
         let committer = progress::Committer::new(
             Arc::clone(&consumer),
             Arc::clone(&progress),
             cfg.commit_interval,
         );
-        let commit_stop = CancellationToken::new();
-        let commit_task = tokio::spawn(committer.clone().run(commit_stop.clone()));
+        let stop_commits = CancellationToken::new();
+        let commit_task = tokio::spawn(committer.clone().run(stop_commits.clone()));
 
         let intake = intake::Intake {
             consumer: Arc::clone(&consumer),
@@ -584,25 +594,143 @@ impl Worker {
             reporter: cfg.worker_id.0.clone(),
             errors: Throttle::new(Duration::from_secs(60)),
         };
-        intake.run(&shutdown).await;
+        let stop_intake = CancellationToken::new();
+        let release_consumer = CancellationToken::new();
+        let consumer_task = tokio::spawn({
+            let (stop_intake, release_consumer) = (stop_intake.clone(), release_consumer.clone());
+            async move {
+                intake.run(&stop_intake).await;
+                // The consumer keeps serving its callbacks (taking no message) so that a
+                // rebalance meanwhile does not wait for this member.
+                intake.idle(&release_consumer).await;
+            }
+        });
 
-        // Graceful stop. The consumer keeps serving its callbacks (taking no message) so that a
-        // rebalance meanwhile does not wait for this member.
-        let idle_stop = CancellationToken::new();
-        let idle = {
-            let stop = idle_stop.clone();
-            tokio::spawn(async move {
-                intake.idle(&stop).await;
-            })
-        };
+        Ok(Running {
+            worker_id: cfg.worker_id,
+            drain_timeout: cfg.drain_timeout,
+            stop_intake,
+            env,
+            release_consumer,
+            consumer_task,
+            stop_commits,
+            commit_task,
+            committer,
+            stop_heartbeats,
+            heartbeat_task,
+            consumer,
+            producer,
+            stop_metrics,
+            metrics_task,
+        })
+    }
+}
+
+/// A started worker (see [`Worker::start`]). Stop it with [`Running::stop`]; dropped without
+/// it, its tasks go on in the background until the runtime shuts down, and it neither drains,
+/// commits nor leaves its group.
+///
+/// The fields are listed in the order [`stop`](Running::stop) uses them: each says what it stops
+/// and when.
+#[must_use = "a worker stops gracefully only through Running::stop"]
+pub struct Running {
+    worker_id: WorkerId,
+    /// How long step 3 waits for running runs.
+    drain_timeout: Duration,
+    /// Step 1: cancelled first; the intake takes no more messages. The consumer task then pauses
+    /// its partitions and goes on serving the consumer's callbacks (rebalances) until step 4.
+    stop_intake: CancellationToken,
+    /// What the runs share. Its `hand_back` token is cancelled in step 2 (runs that have not
+    /// started are handed back; parent of every partition's `revoking` token), its `abandon`
+    /// token in step 3 if the drain timed out (runs still executing are abandoned unreported;
+    /// parent of every partition's `dropped` token). Its `tasks` are what step 3 waits for.
+    env: Arc<run::RunEnv>,
+    /// Step 4: cancelled once the runs are over; the consumer task returns (no more callbacks
+    /// are served until the consumer is closed in step 7).
+    release_consumer: CancellationToken,
+    /// The intake, then the idle consumer: ends after step 4.
+    consumer_task: JoinHandle<()>,
+    /// Step 5: cancelled after the consumer task ended; the committer stops its rounds, then
+    /// one final round commits what the drain finished.
+    stop_commits: CancellationToken,
+    /// The committer's loop: ends after step 5's cancellation.
+    commit_task: JoinHandle<()>,
+    /// Runs step 5's final commit round.
+    committer: progress::Committer<rebalance::ConsumerCtx>,
+    /// Step 6: cancelled after the final commit; the heartbeat stops and writes the tombstone
+    /// that tells the admin this worker left on purpose.
+    stop_heartbeats: CancellationToken,
+    /// The heartbeat loop: ends after its tombstone.
+    heartbeat_task: JoinHandle<()>,
+    /// Step 7: unsubscribed and closed (its last reference) to leave the group; librdkafka
+    /// serves the final revocation, whose callback commits once more if anything moved.
+    consumer: Arc<rebalance::TriggerConsumer>,
+    /// Step 8: flushed, so every result and heartbeat produced is delivered.
+    producer: producer::Producer,
+    /// Step 9: cancelled last; the metrics listener stops (it answers until the end).
+    stop_metrics: CancellationToken,
+    /// The metrics listener, if `metrics_listen` was set.
+    metrics_task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("worker_id", &self.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Running {
+    /// Stop gracefully, in this order:
+    ///
+    /// 1. stop taking triggers: the intake takes no more messages; the consumer pauses and keeps
+    ///    serving rebalances;
+    /// 2. hand back the runs that have not started (waiting in lanes or for capacity): they
+    ///    publish nothing and their offsets stay uncommitted, for the partitions' next owners;
+    /// 3. drain: let running runs finish and report, for up to the drain timeout; then abandon
+    ///    the rest unreported (they will run again elsewhere, `attempt + 1`);
+    /// 4. release the consumer: stop serving its callbacks;
+    /// 5. stop the committer and commit the finished offsets in a final round;
+    /// 6. stop the heartbeat, which writes its tombstone;
+    /// 7. leave the group: unsubscribe and close the consumer;
+    /// 8. flush the producer;
+    /// 9. stop the metrics listener.
+    ///
+    /// A step that fails is logged and the sequence goes on.
+    pub async fn stop(self) {
+        let Self {
+            worker_id,
+            drain_timeout,
+            stop_intake,
+            env,
+            release_consumer,
+            consumer_task,
+            stop_commits,
+            commit_task,
+            committer,
+            stop_heartbeats,
+            heartbeat_task,
+            consumer,
+            producer,
+            stop_metrics,
+            metrics_task,
+        } = self;
+
+        // 1. Stop taking triggers.
+        stop_intake.cancel();
         tracing::info!(
             in_flight = env.in_flight.count(),
-            drain_timeout_ms = cfg.drain_timeout.as_millis() as u64,
+            drain_timeout_ms = drain_timeout.as_millis() as u64,
             "stopping: taking no new triggers, draining running runs"
         );
+
+        // 2. Hand back the runs that have not started.
         env.hand_back.cancel();
         env.tasks.close();
-        if tokio::time::timeout(cfg.drain_timeout, env.tasks.wait())
+
+        // 3. Drain, then abandon what still runs.
+        if tokio::time::timeout(drain_timeout, env.tasks.wait())
             .await
             .is_err()
         {
@@ -614,25 +742,29 @@ impl Worker {
             // Runs return promptly once abandoned; bounded anyway.
             let _ = tokio::time::timeout(Duration::from_secs(5), env.tasks.wait()).await;
         }
-        idle_stop.cancel();
-        if let Err(error) = idle.await {
+
+        // 4. Release the consumer.
+        release_consumer.cancel();
+        if let Err(error) = consumer_task.await {
             tracing::warn!(%error, "the consumer task failed");
         }
-        commit_stop.cancel();
+
+        // 5. Stop the committer; final commit.
+        stop_commits.cancel();
         let _ = commit_task.await;
-        let final_commit = committer.clone();
-        if let Err(error) = tokio::task::spawn_blocking(move || final_commit.commit_final()).await {
+        if let Err(error) = tokio::task::spawn_blocking(move || committer.commit_final()).await {
             tracing::warn!(%error, "final commit task failed");
         }
-        drop(committer);
 
-        heartbeat_stop.cancel();
+        // 6. Stop the heartbeat (tombstone).
+        stop_heartbeats.cancel();
         if let Err(error) = heartbeat_task.await {
             tracing::warn!(%error, "heartbeat task failed");
         }
 
-        // Leave the group: unsubscribe, then close (blocking: librdkafka serves the final
-        // revocation, whose callback commits once more if anything moved).
+        // 7. Leave the group: unsubscribe, then close (blocking: librdkafka serves the final
+        // revocation, whose callback commits once more if anything moved). The consumer must
+        // be the last reference to close it.
         drop(env);
         let closing = tokio::task::spawn_blocking(move || {
             consumer.unsubscribe();
@@ -641,20 +773,23 @@ impl Worker {
         if let Err(error) = closing.await {
             tracing::warn!(%error, "closing the consumer failed");
         }
+
+        // 8. Flush the producer.
         let flushing = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(10)));
         match flushing.await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "flushing the producer failed"),
             Err(error) => tracing::warn!(%error, "flushing the producer failed"),
         }
-        metrics_stop.cancel();
+
+        // 9. Stop the metrics listener.
+        stop_metrics.cancel();
         if let Some(task) = metrics_task {
             if let Err(error) = task.await {
                 tracing::warn!(%error, "the metrics listener failed");
             }
         }
-        tracing::info!("worker {} stopped", cfg.worker_id);
-        Ok(())
+        tracing::info!("worker {worker_id} stopped");
     }
 }
 
