@@ -3,9 +3,9 @@
 //! 1. the lane admits it (or discards it: `discard_later`) — synchronously, in consumption order;
 //! 2. it waits for its lane's turn, then for a capacity permit (a `cover_early` trigger may cancel
 //!    it meanwhile; a revoked partition or a stopping worker hands it back unstarted);
-//! 3. its `started` mark is made durable (see [`progress`](crate::progress)), then `started` is published and the
-//!    handler runs (timeout, cancellation, panics: see [`execute`]); its log lines are shipped
-//!    in bounded batches while it runs (`log` events);
+//! 3. its `started` mark is made durable (see [`progress`](crate::progress)), then `started` is
+//!    published and the handler runs (timeout, cancellation, panics: see [`execute`]); its log
+//!    lines are shipped in bounded batches while it runs (`log` events);
 //! 4. its `reporting` mark (with the verdict) is made durable, then `finished` is published and
 //!    its delivery awaited (retried until delivered or the run is abandoned);
 //! 5. only then is the offset marked finished in the tracker, which the committer commits.
@@ -13,6 +13,11 @@
 //! A run that is handed back (before it started, or still running when the drain or the revoke
 //! timeout ran out) publishes no `finished` event and never finishes its offset: the partition's
 //! next owner runs it again, with `attempt + 1` if it had started.
+//!
+//! Steps 1 to 3 are the stages of `RunEnv::run_trigger` (`admitted`, `wait_turn`,
+//! `mark_started`, `run_handler`), steps 4 and 5 are `RunEnv::report`. A stage that ends the run
+//! early returns either a verdict to report (step 4 follows) or a `HandBack`, the one exit
+//! without a result.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -23,14 +28,14 @@ use cadenza_schemas::{
     WorkerId,
 };
 use chrono::{DateTime, Utc};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
-use crate::lane::{Admission, Cause, Lanes, Turn};
-use crate::metrics::{FinishedLabels, JobTypeLabel, WorkerMetrics};
+use crate::lane::{Admission, Cause, LaneSlot, Lanes, Turn};
+use crate::metrics::{FinishedLabels, GaugeGuard, JobTypeLabel, WorkerMetrics};
 use crate::progress::Delivery;
 use crate::results::ResultSink;
 use crate::telemetry;
@@ -178,6 +183,58 @@ fn clip_front(s: &str, max: usize) -> String {
 
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// How a run ends before its handler has a result.
+enum Ended {
+    /// With this verdict to report, without running (discarded, or cancelled before it started).
+    Verdict(Verdict),
+    /// Handed back: no `finished` event, the offset is not finished; the partition's next owner
+    /// runs the trigger again.
+    HandBack(HandBack),
+}
+
+/// Why a run is handed back.
+#[derive(Debug, Clone, Copy)]
+enum HandBack {
+    /// Before it started (partition revoked, or the worker stopping): the next owner runs it
+    /// with the same attempt, unless its `started` mark was already recorded.
+    NotStarted,
+    /// While it executed (revoke or drain timeout): its `started` mark is durable, so the next
+    /// owner runs it as `attempt + 1`.
+    Abandoned,
+}
+
+impl HandBack {
+    fn log(self) {
+        match self {
+            Self::NotStarted => tracing::info!(
+                "handing back a run that had not started (partition revoked or worker stopping)"
+            ),
+            Self::Abandoned => {
+                tracing::warn!(
+                    "run abandoned unfinished (drain or revoke timeout); it will run again"
+                )
+            }
+        }
+    }
+}
+
+/// A run whose turn came: its place in the lane and its share of the capacity, held while its
+/// handler runs.
+struct Turned {
+    slot: LaneSlot,
+    permit: OwnedSemaphorePermit,
+    /// Counts the run in the capacity in use.
+    running: GaugeGuard,
+}
+
+/// A run whose handler has a result.
+struct Ran {
+    verdict: Verdict,
+    /// When it started and ended.
+    times: (DateTime<Utc>, DateTime<Utc>),
+    log: Option<String>,
+}
 
 /// A run's identity in the events it publishes.
 struct RunIds<'a> {
@@ -327,7 +384,10 @@ impl RunEnv {
         }
     }
 
-    /// Runs inside the `run` span [`RunEnv::dispatch`] made.
+    /// The life of one trigger, in the steps of this module's doc; runs inside the `run` span
+    /// [`RunEnv::dispatch`] made. Each stage either passes the run on to the next, ends it with a
+    /// verdict to report (discarded, cancelled), or hands it back: the one exit where the worker
+    /// gives the trigger back without a result.
     async fn run_trigger(
         &self,
         delivery: Delivery,
@@ -340,65 +400,105 @@ impl RunEnv {
             trigger: &trigger,
             attempt,
         };
-        let revoking = delivery.tokens.revoking.clone();
-        let mut slot = match admission {
-            Admission::Discarded { busy } => {
-                let verdict = Verdict::new(
-                    RunStatus::Discarded,
-                    format!(
-                        "discarded: job {} already has {busy} run(s) running or waiting on worker {} (discard_later)",
-                        trigger.job_id, self.worker_id
-                    ),
-                );
-                self.report(delivery, &ids, verdict, None, None).await;
-                return;
-            }
-            Admission::Admitted(slot) => slot,
-        };
-        let waiting = self.metrics.waiting(trigger.job_type.as_str());
+        let ended = async {
+            // 1. Admitted by the lane (or discarded).
+            let slot = self.admitted(admission, &trigger)?;
+            // 2. Its turn in the lane, then a capacity permit.
+            let turn = self.wait_turn(&delivery, &trigger, slot).await?;
+            // 3. `started` durable, then published; the handler runs.
+            self.mark_started(&delivery, attempt).await?;
+            self.run_handler(&delivery, &ids, handler, turn).await
+        }
+        .await;
+        match ended {
+            // 4. and 5.: `reporting` durable, `finished` delivered, offset finished.
+            Ok(Ran {
+                verdict,
+                times,
+                log,
+            }) => self.report(delivery, &ids, verdict, Some(times), log).await,
+            Err(Ended::Verdict(verdict)) => self.report(delivery, &ids, verdict, None, None).await,
+            Err(Ended::HandBack(why)) => why.log(),
+        }
+    }
 
+    /// Step 1: the lane's decision, taken when the trigger was dispatched. A `discard_later`
+    /// trigger whose job is busy ends here, `discarded`.
+    fn admitted(&self, admission: Admission, trigger: &TriggerMessage) -> Result<LaneSlot, Ended> {
+        match admission {
+            Admission::Discarded { busy } => Err(Ended::Verdict(Verdict::new(
+                RunStatus::Discarded,
+                format!(
+                    "discarded: job {} already has {busy} run(s) running or waiting on worker {} (discard_later)",
+                    trigger.job_id, self.worker_id
+                ),
+            ))),
+            Admission::Admitted(slot) => Ok(slot),
+        }
+    }
+
+    /// Step 2: wait for the run's turn in its lane, then for a capacity permit. A `cover_early`
+    /// trigger or an operator may cancel it meanwhile (→ `cancelled`, its slot left before it is
+    /// reported); a revoked partition or a stopping worker hands it back.
+    async fn wait_turn(
+        &self,
+        delivery: &Delivery,
+        trigger: &TriggerMessage,
+        mut slot: LaneSlot,
+    ) -> Result<Turned, Ended> {
+        let revoking = &delivery.tokens.revoking;
+        let _waiting = self.metrics.waiting(trigger.job_type.as_str());
         let turn = tokio::select! {
             biased;
-            _ = revoking.cancelled() => {
-                tracing::info!("handing back a run that had not started (partition revoked or worker stopping)");
-                return;
-            }
+            _ = revoking.cancelled() => return Err(Ended::HandBack(HandBack::NotStarted)),
             t = slot.wait_turn() => t,
         };
         if turn == Turn::Cancelled {
-            let verdict = cancelled_verdict(slot.cause());
-            drop(slot);
-            self.report(delivery, &ids, verdict, None, None).await;
-            return;
+            return Err(Ended::Verdict(cancelled_verdict(slot.cause())));
         }
-        let permit = tokio::select! {
+        tokio::select! {
             biased;
-            _ = revoking.cancelled() => {
-                tracing::info!("handing back a run that had not started (partition revoked or worker stopping)");
-                return;
-            }
-            _ = slot.token().cancelled() => {
-                let verdict = cancelled_verdict(slot.cause());
-                drop(slot);
-                self.report(delivery, &ids, verdict, None, None).await;
-                return;
-            }
+            _ = revoking.cancelled() => Err(Ended::HandBack(HandBack::NotStarted)),
+            _ = slot.token().cancelled() => Err(Ended::Verdict(cancelled_verdict(slot.cause()))),
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
-                Ok(p) => (p, self.metrics.running()),
+                Ok(permit) => Ok(Turned {
+                    slot,
+                    permit,
+                    running: self.metrics.running(),
+                }),
                 // The semaphore is never closed; if it were, the run is handed back.
-                Err(_) => return,
+                Err(_) => Err(Ended::HandBack(HandBack::NotStarted)),
             },
-        };
-        drop(waiting);
-
-        // The next owner must know this run may have started (→ attempt + 1) before it does.
-        if !delivery.mark_started(attempt).await {
-            tracing::info!(
-                "handing back a run that had not started (partition revoked or worker stopping)"
-            );
-            return;
         }
+    }
 
+    /// Step 3, first half: the next owner must know this run may have started (→ `attempt + 1`)
+    /// before it does. Handed back if the partition is revoked (or the worker stops) first.
+    async fn mark_started(&self, delivery: &Delivery, attempt: u32) -> Result<(), Ended> {
+        if delivery.mark_started(attempt).await {
+            Ok(())
+        } else {
+            Err(Ended::HandBack(HandBack::NotStarted))
+        }
+    }
+
+    /// Step 3, second half: publish `started`, ship the log while the handler runs (see
+    /// [`execute`]), then leave the lane and give the permit back, and make the verdict. A run
+    /// still executing when its partition is dropped (revoke or drain timeout) is handed back.
+    async fn run_handler(
+        &self,
+        delivery: &Delivery,
+        ids: &RunIds<'_>,
+        handler: Arc<dyn Handler>,
+        turn: Turned,
+    ) -> Result<Ran, Ended> {
+        let Turned {
+            slot,
+            permit,
+            running,
+        } = turn;
+        let trigger = ids.trigger;
+        let attempt = ids.attempt;
         let started_at = Utc::now();
         let started = ResultEvent::Started(RunStarted {
             trigger_id: trigger.trigger_id,
@@ -456,15 +556,13 @@ impl RunEnv {
         let cause = slot.cause();
         // The next run of the job and of the worker may start now.
         drop(permit);
+        drop(running);
         drop(slot);
 
         let verdict = match execution {
             Execution::HandedBack => {
                 shipper.abort();
-                tracing::warn!(
-                    "run abandoned unfinished (drain or revoke timeout); it will run again"
-                );
-                return;
+                return Err(Ended::HandBack(HandBack::Abandoned));
             }
             Execution::Returned(Outcome::Success(message)) => Verdict {
                 status: RunStatus::Succeeded,
@@ -491,9 +589,11 @@ impl RunEnv {
         if let Err(error) = shipper.await {
             tracing::warn!(%error, "the started/log task failed");
         }
-        let times = Some((started_at, ended_at));
-        self.report(delivery, &ids, verdict, times, log.contents())
-            .await;
+        Ok(Ran {
+            verdict,
+            times: (started_at, ended_at),
+            log: log.contents(),
+        })
     }
 
     /// Make the verdict durable, publish `finished`, wait for its delivery, then finish the
