@@ -182,6 +182,10 @@ pub enum WorkerError {
         /// The bind error.
         source: std::io::Error,
     },
+    /// The intake stopped taking triggers by itself (it panicked): a bug. The worker was
+    /// stopped gracefully so that another member takes its partitions.
+    #[error("the worker stopped taking triggers (its intake failed); stopped gracefully")]
+    IntakeFailed,
 }
 
 /// Configures a [`Worker`]. Start with [`Worker::builder`].
@@ -444,9 +448,12 @@ impl Worker {
     /// as [`start`](Self::start), waiting for `shutdown`, then [`Running::stop`].
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let running = self.start().await?;
-        shutdown.cancelled().await;
-        running.stop().await;
-        Ok(())
+        let failed = running.intake_failed.clone();
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = failed.cancelled() => {}
+        }
+        running.stop().await
     }
 
     /// Start the worker: listen for metrics (if configured), create the topics it needs, join
@@ -595,11 +602,19 @@ impl Worker {
             errors: Throttle::new(Duration::from_secs(60)),
         };
         let stop_intake = CancellationToken::new();
+        let intake_failed = CancellationToken::new();
         let release_consumer = CancellationToken::new();
         let consumer_task = tokio::spawn({
             let (stop_intake, release_consumer) = (stop_intake.clone(), release_consumer.clone());
+            let failed = intake_failed.clone();
             async move {
-                intake.run(&stop_intake).await;
+                // The intake never panics on input; should a bug make it panic, the worker must
+                // not live on without taking triggers while its heartbeats say it is alive.
+                let taking = std::panic::AssertUnwindSafe(intake.run(&stop_intake));
+                if futures::FutureExt::catch_unwind(taking).await.is_err() {
+                    tracing::error!("the intake panicked: stopping the worker");
+                    failed.cancel();
+                }
                 // The consumer keeps serving its callbacks (taking no message) so that a
                 // rebalance meanwhile does not wait for this member.
                 intake.idle(&release_consumer).await;
@@ -610,6 +625,7 @@ impl Worker {
             worker_id: cfg.worker_id,
             drain_timeout: cfg.drain_timeout,
             stop_intake,
+            intake_failed,
             env,
             release_consumer,
             consumer_task,
@@ -640,6 +656,8 @@ pub struct Running {
     /// Step 1: cancelled first; the intake takes no more messages. The consumer task then pauses
     /// its partitions and goes on serving the consumer's callbacks (rebalances) until step 4.
     stop_intake: CancellationToken,
+    /// Cancelled by the consumer task if the intake panicked (see [`Running::failed`]).
+    intake_failed: CancellationToken,
     /// What the runs share. Its `hand_back` token is cancelled in step 2 (runs that have not
     /// started are handed back; parent of every partition's `revoking` token), its `abandon`
     /// token in step 3 if the drain timed out (runs still executing are abandoned unreported;
@@ -682,6 +700,13 @@ impl std::fmt::Debug for Running {
 }
 
 impl Running {
+    /// Resolves if the worker stopped taking triggers by itself (its intake panicked, which
+    /// only a bug can cause). Wait for it beside the shutdown signal, then [`stop`](Self::stop),
+    /// which then returns [`WorkerError::IntakeFailed`].
+    pub fn failed(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.intake_failed.clone().cancelled_owned()
+    }
+
     /// Stop gracefully, in this order:
     ///
     /// 1. stop taking triggers: the intake takes no more messages; the consumer pauses and keeps
@@ -697,12 +722,14 @@ impl Running {
     /// 8. flush the producer;
     /// 9. stop the metrics listener.
     ///
-    /// A step that fails is logged and the sequence goes on.
-    pub async fn stop(self) {
+    /// A step that fails is logged and the sequence goes on. The result is an error only if
+    /// the intake had failed (see [`failed`](Self::failed)).
+    pub async fn stop(self) -> Result<(), WorkerError> {
         let Self {
             worker_id,
             drain_timeout,
             stop_intake,
+            intake_failed,
             env,
             release_consumer,
             consumer_task,
@@ -790,6 +817,10 @@ impl Running {
             }
         }
         tracing::info!("worker {worker_id} stopped");
+        if intake_failed.is_cancelled() {
+            return Err(WorkerError::IntakeFailed);
+        }
+        Ok(())
     }
 }
 

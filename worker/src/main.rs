@@ -282,9 +282,11 @@ async fn main() -> anyhow::Result<()> {
     // A signal during the start stops the worker as soon as it runs.
     let result = match worker.start().await {
         Ok(running) => {
-            shutdown.cancelled().await;
-            running.stop().await;
-            Ok(())
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = running.failed() => {}
+            }
+            running.stop().await
         }
         Err(e) => Err(e),
     };
