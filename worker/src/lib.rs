@@ -4,7 +4,7 @@
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
-//! use cadenza_worker::{CancellationToken, Outcome, Worker};
+//! use cadenza_worker::{Outcome, Worker};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let worker = Worker::builder()
@@ -17,8 +17,9 @@
 //!         Outcome::success()
 //!     })
 //!     .build()?;
-//! let shutdown = CancellationToken::new();
-//! worker.run(shutdown).await?; // returns after a graceful stop
+//! let running = worker.start().await?;
+//! // … until it is time to stop (e.g. SIGTERM):
+//! running.stop().await; // stop taking triggers, drain, commit, leave the group
 //! # Ok(()) }
 //! ```
 //!
@@ -26,7 +27,7 @@
 //! everything it learns and reports travels through Kafka (`cadenza-schemas` wire types).
 //!
 //! A trigger's offset is committed only after its `finished` event is delivered, and every commit
-//! records which runs above it finished, started or were reporting (see `offsets`): a crash or a
+//! records which runs above it finished, started or were reporting (see `progress`): a crash or a
 //! rebalance re-runs only what had not finished, with `attempt + 1`, and never re-runs a run whose
 //! result was published. On revocation, runs that have not started are handed back and running
 //! ones get [`WorkerBuilder::revoke_timeout`] to finish before they are abandoned (and run again
@@ -45,19 +46,21 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer as _;
 use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 pub mod builtin;
 mod config;
-mod consumer;
 mod dlq;
 mod handler;
 mod heartbeat;
+mod intake;
 mod lane;
 pub mod metrics;
 pub mod net_policy;
-mod offsets;
 mod producer;
+mod progress;
+mod rebalance;
 mod results;
 mod run;
 pub mod telemetry;
@@ -179,6 +182,10 @@ pub enum WorkerError {
         /// The bind error.
         source: std::io::Error,
     },
+    /// The intake stopped taking triggers by itself (it panicked): a bug. The worker was
+    /// stopped gracefully so that another member takes its partitions.
+    #[error("the worker stopped taking triggers (its intake failed); stopped gracefully")]
+    IntakeFailed,
 }
 
 /// Configures a [`Worker`]. Start with [`Worker::builder`].
@@ -396,7 +403,7 @@ impl WorkerBuilder {
     }
 }
 
-/// A worker, ready to [`run`](Worker::run).
+/// A worker, ready to [`start`](Worker::start).
 pub struct Worker {
     config: WorkerConfig,
     handlers: BTreeMap<JobType, Arc<dyn Handler>>,
@@ -437,15 +444,26 @@ impl Worker {
         Arc::clone(&self.metrics)
     }
 
-    /// Consume and run triggers until `shutdown` is cancelled, then stop gracefully: take no new
-    /// triggers (those queued in lanes are handed back), let running runs finish for up to the
-    /// drain timeout (the rest are handed back unreported and will run again elsewhere), commit
-    /// the finished offsets, write the heartbeat tombstone, leave the group, flush the producer.
+    /// Consume and run triggers until `shutdown` is cancelled, then stop gracefully: the same
+    /// as [`start`](Self::start), waiting for `shutdown`, then [`Running::stop`].
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let running = self.start().await?;
+        let failed = running.intake_failed.clone();
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = failed.cancelled() => {}
+        }
+        running.stop().await
+    }
+
+    /// Start the worker: listen for metrics (if configured), create the topics it needs, join
+    /// the consumer group, and start consuming, committing and heartbeating in background
+    /// tasks. Returns once everything runs; stop it with [`Running::stop`].
+    pub async fn start(self) -> Result<Running, WorkerError> {
         let cfg = self.config;
         let topics = &cfg.topics;
         let metrics = self.metrics;
-        let metrics_stop = CancellationToken::new();
+        let stop_metrics = CancellationToken::new();
         let metrics_task = match cfg.metrics_listen {
             Some(addr) => {
                 let listener = tokio::net::TcpListener::bind(addr)
@@ -454,7 +472,7 @@ impl Worker {
                 Some(tokio::spawn(metrics::serve(
                     listener,
                     Arc::clone(&metrics),
-                    metrics_stop.clone(),
+                    stop_metrics.clone(),
                 )))
             }
             None => None,
@@ -465,13 +483,13 @@ impl Worker {
         ))?;
         let hand_back = CancellationToken::new();
         let abandon = CancellationToken::new();
-        let offsets = Arc::new(Mutex::new(offsets::OffsetTracker::new(
+        let offsets = Arc::new(Mutex::new(progress::OffsetTracker::new(
             hand_back.clone(),
             abandon.clone(),
         )));
-        let signal = Arc::new(consumer::ProgressSignal::default());
+        let signal = Arc::new(progress::ProgressSignal::default());
         let progress = Arc::new(
-            consumer::Progress::new(
+            progress::Progress::new(
                 &cfg,
                 Arc::clone(&offsets),
                 producer.clone(),
@@ -482,9 +500,9 @@ impl Worker {
         );
         let assignment: heartbeat::Assignment = Arc::default();
         let consumer = Arc::new(
-            consumer::create(
+            rebalance::create(
                 &cfg,
-                consumer::ConsumerCtx::new(
+                rebalance::ConsumerCtx::new(
                     Arc::clone(&offsets),
                     Arc::clone(&progress),
                     Arc::clone(&assignment),
@@ -494,13 +512,13 @@ impl Worker {
             )
             .map_err(kafka("creating the Kafka consumer"))?,
         );
-        let routes: HashMap<String, consumer::Route> = self
+        let routes: HashMap<String, intake::Route> = self
             .handlers
             .iter()
             .map(|(job_type, handler)| {
                 (
                     topics.trigger(job_type),
-                    consumer::Route {
+                    intake::Route {
                         job_type: job_type.clone(),
                         handler: Arc::clone(handler),
                     },
@@ -536,8 +554,6 @@ impl Worker {
             worker_id: cfg.worker_id.clone(),
             group: cfg.group.clone(),
             results: results::KafkaResults::new(producer.clone(), topics.results()),
-            offsets: Arc::clone(&offsets),
-            progress: signal,
             lanes: Arc::clone(&lanes),
             capacity: Arc::new(Semaphore::new(
                 usize::try_from(cfg.capacity).unwrap_or(usize::MAX),
@@ -551,7 +567,7 @@ impl Worker {
             metrics: Arc::clone(&metrics),
         });
 
-        let heartbeat_stop = CancellationToken::new();
+        let stop_heartbeats = CancellationToken::new();
         let heartbeater = heartbeat::Heartbeater {
             source: heartbeat::HeartbeatSource {
                 worker_id: cfg.worker_id.clone(),
@@ -566,43 +582,182 @@ impl Worker {
             producer: producer.clone(),
             topic: topics.workers(),
         };
-        let heartbeat_task = tokio::spawn(heartbeater.run(heartbeat_stop.clone()));
+        let heartbeat_task = tokio::spawn(heartbeater.run(stop_heartbeats.clone()));
 
-        let committer = consumer::Committer::new(
+        let committer = progress::Committer::new(
             Arc::clone(&consumer),
             Arc::clone(&progress),
             cfg.commit_interval,
         );
-        let commit_stop = CancellationToken::new();
-        let commit_task = tokio::spawn(committer.clone().run(commit_stop.clone()));
+        let stop_commits = CancellationToken::new();
+        let commit_task = tokio::spawn(committer.clone().run(stop_commits.clone()));
 
-        let intake = consumer::Intake {
+        let intake = intake::Intake {
             consumer: Arc::clone(&consumer),
+            deliveries: progress::Deliveries::new(Arc::clone(&offsets), signal),
             env: Arc::clone(&env),
             routes,
             dlq: dlq::DlqProducer::new(producer.clone(), topics.dlq()),
             reporter: cfg.worker_id.0.clone(),
             errors: Throttle::new(Duration::from_secs(60)),
         };
-        intake.run(&shutdown).await;
+        let stop_intake = CancellationToken::new();
+        let intake_failed = CancellationToken::new();
+        let release_consumer = CancellationToken::new();
+        let consumer_task = tokio::spawn({
+            let (stop_intake, release_consumer) = (stop_intake.clone(), release_consumer.clone());
+            let failed = intake_failed.clone();
+            async move {
+                // The intake never panics on input; should a bug make it panic, the worker must
+                // not live on without taking triggers while its heartbeats say it is alive.
+                let taking = std::panic::AssertUnwindSafe(intake.run(&stop_intake));
+                if futures::FutureExt::catch_unwind(taking).await.is_err() {
+                    tracing::error!("the intake panicked: stopping the worker");
+                    failed.cancel();
+                }
+                // The consumer keeps serving its callbacks (taking no message) so that a
+                // rebalance meanwhile does not wait for this member.
+                intake.idle(&release_consumer).await;
+            }
+        });
 
-        // Graceful stop. The consumer keeps serving its callbacks (taking no message) so that a
-        // rebalance meanwhile does not wait for this member.
-        let idle_stop = CancellationToken::new();
-        let idle = {
-            let stop = idle_stop.clone();
-            tokio::spawn(async move {
-                intake.idle(&stop).await;
-            })
-        };
+        Ok(Running {
+            worker_id: cfg.worker_id,
+            drain_timeout: cfg.drain_timeout,
+            stop_intake,
+            intake_failed,
+            env,
+            release_consumer,
+            consumer_task,
+            stop_commits,
+            commit_task,
+            committer,
+            stop_heartbeats,
+            heartbeat_task,
+            consumer,
+            producer,
+            stop_metrics,
+            metrics_task,
+        })
+    }
+}
+
+/// A started worker (see [`Worker::start`]). Stop it with [`Running::stop`]; dropped without
+/// it, its tasks go on in the background until the runtime shuts down, and it neither drains,
+/// commits nor leaves its group.
+///
+/// The fields are listed in the order [`stop`](Running::stop) uses them: each says what it stops
+/// and when.
+#[must_use = "a worker stops gracefully only through Running::stop"]
+pub struct Running {
+    worker_id: WorkerId,
+    /// How long step 3 waits for running runs.
+    drain_timeout: Duration,
+    /// Step 1: cancelled first; the intake takes no more messages. The consumer task then pauses
+    /// its partitions and goes on serving the consumer's callbacks (rebalances) until step 4.
+    stop_intake: CancellationToken,
+    /// Cancelled by the consumer task if the intake panicked (see [`Running::failed`]).
+    intake_failed: CancellationToken,
+    /// What the runs share. Its `hand_back` token is cancelled in step 2 (runs that have not
+    /// started are handed back; parent of every partition's `revoking` token), its `abandon`
+    /// token in step 3 if the drain timed out (runs still executing are abandoned unreported;
+    /// parent of every partition's `dropped` token). Its `tasks` are what step 3 waits for.
+    env: Arc<run::RunEnv>,
+    /// Step 4: cancelled once the runs are over; the consumer task returns (no more callbacks
+    /// are served until the consumer is closed in step 7).
+    release_consumer: CancellationToken,
+    /// The intake, then the idle consumer: ends after step 4.
+    consumer_task: JoinHandle<()>,
+    /// Step 5: cancelled after the consumer task ended; the committer stops its rounds, then
+    /// one final round commits what the drain finished.
+    stop_commits: CancellationToken,
+    /// The committer's loop: ends after step 5's cancellation.
+    commit_task: JoinHandle<()>,
+    /// Runs step 5's final commit round.
+    committer: progress::Committer<rebalance::ConsumerCtx>,
+    /// Step 6: cancelled after the final commit; the heartbeat stops and writes the tombstone
+    /// that tells the admin this worker left on purpose.
+    stop_heartbeats: CancellationToken,
+    /// The heartbeat loop: ends after its tombstone.
+    heartbeat_task: JoinHandle<()>,
+    /// Step 7: unsubscribed and closed (its last reference) to leave the group; librdkafka
+    /// serves the final revocation, whose callback commits once more if anything moved.
+    consumer: Arc<rebalance::TriggerConsumer>,
+    /// Step 8: flushed, so every result and heartbeat produced is delivered.
+    producer: producer::Producer,
+    /// Step 9: cancelled last; the metrics listener stops (it answers until the end).
+    stop_metrics: CancellationToken,
+    /// The metrics listener, if `metrics_listen` was set.
+    metrics_task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("worker_id", &self.worker_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Running {
+    /// Resolves if the worker stopped taking triggers by itself (its intake panicked, which
+    /// only a bug can cause). Wait for it beside the shutdown signal, then [`stop`](Self::stop),
+    /// which then returns [`WorkerError::IntakeFailed`].
+    pub fn failed(&self) -> tokio_util::sync::WaitForCancellationFutureOwned {
+        self.intake_failed.clone().cancelled_owned()
+    }
+
+    /// Stop gracefully, in this order:
+    ///
+    /// 1. stop taking triggers: the intake takes no more messages; the consumer pauses and keeps
+    ///    serving rebalances;
+    /// 2. hand back the runs that have not started (waiting in lanes or for capacity): they
+    ///    publish nothing and their offsets stay uncommitted, for the partitions' next owners;
+    /// 3. drain: let running runs finish and report, for up to the drain timeout; then abandon
+    ///    the rest unreported (they will run again elsewhere, `attempt + 1`);
+    /// 4. release the consumer: stop serving its callbacks;
+    /// 5. stop the committer and commit the finished offsets in a final round;
+    /// 6. stop the heartbeat, which writes its tombstone;
+    /// 7. leave the group: unsubscribe and close the consumer;
+    /// 8. flush the producer;
+    /// 9. stop the metrics listener.
+    ///
+    /// A step that fails is logged and the sequence goes on. The result is an error only if
+    /// the intake had failed (see [`failed`](Self::failed)).
+    pub async fn stop(self) -> Result<(), WorkerError> {
+        let Self {
+            worker_id,
+            drain_timeout,
+            stop_intake,
+            intake_failed,
+            env,
+            release_consumer,
+            consumer_task,
+            stop_commits,
+            commit_task,
+            committer,
+            stop_heartbeats,
+            heartbeat_task,
+            consumer,
+            producer,
+            stop_metrics,
+            metrics_task,
+        } = self;
+
+        // 1. Stop taking triggers.
+        stop_intake.cancel();
         tracing::info!(
             in_flight = env.in_flight.count(),
-            drain_timeout_ms = cfg.drain_timeout.as_millis() as u64,
+            drain_timeout_ms = drain_timeout.as_millis() as u64,
             "stopping: taking no new triggers, draining running runs"
         );
+
+        // 2. Hand back the runs that have not started.
         env.hand_back.cancel();
         env.tasks.close();
-        if tokio::time::timeout(cfg.drain_timeout, env.tasks.wait())
+
+        // 3. Drain, then abandon what still runs.
+        if tokio::time::timeout(drain_timeout, env.tasks.wait())
             .await
             .is_err()
         {
@@ -614,25 +769,29 @@ impl Worker {
             // Runs return promptly once abandoned; bounded anyway.
             let _ = tokio::time::timeout(Duration::from_secs(5), env.tasks.wait()).await;
         }
-        idle_stop.cancel();
-        if let Err(error) = idle.await {
+
+        // 4. Release the consumer.
+        release_consumer.cancel();
+        if let Err(error) = consumer_task.await {
             tracing::warn!(%error, "the consumer task failed");
         }
-        commit_stop.cancel();
+
+        // 5. Stop the committer; final commit.
+        stop_commits.cancel();
         let _ = commit_task.await;
-        let final_commit = committer.clone();
-        if let Err(error) = tokio::task::spawn_blocking(move || final_commit.commit_final()).await {
+        if let Err(error) = tokio::task::spawn_blocking(move || committer.commit_final()).await {
             tracing::warn!(%error, "final commit task failed");
         }
-        drop(committer);
 
-        heartbeat_stop.cancel();
+        // 6. Stop the heartbeat (tombstone).
+        stop_heartbeats.cancel();
         if let Err(error) = heartbeat_task.await {
             tracing::warn!(%error, "heartbeat task failed");
         }
 
-        // Leave the group: unsubscribe, then close (blocking: librdkafka serves the final
-        // revocation, whose callback commits once more if anything moved).
+        // 7. Leave the group: unsubscribe, then close (blocking: librdkafka serves the final
+        // revocation, whose callback commits once more if anything moved). The consumer must
+        // be the last reference to close it.
         drop(env);
         let closing = tokio::task::spawn_blocking(move || {
             consumer.unsubscribe();
@@ -641,19 +800,26 @@ impl Worker {
         if let Err(error) = closing.await {
             tracing::warn!(%error, "closing the consumer failed");
         }
+
+        // 8. Flush the producer.
         let flushing = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(10)));
         match flushing.await {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "flushing the producer failed"),
             Err(error) => tracing::warn!(%error, "flushing the producer failed"),
         }
-        metrics_stop.cancel();
+
+        // 9. Stop the metrics listener.
+        stop_metrics.cancel();
         if let Some(task) = metrics_task {
             if let Err(error) = task.await {
                 tracing::warn!(%error, "the metrics listener failed");
             }
         }
-        tracing::info!("worker {} stopped", cfg.worker_id);
+        tracing::info!("worker {worker_id} stopped");
+        if intake_failed.is_cancelled() {
+            return Err(WorkerError::IntakeFailed);
+        }
         Ok(())
     }
 }

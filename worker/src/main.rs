@@ -279,7 +279,17 @@ async fn main() -> anyhow::Result<()> {
 
     let shutdown = CancellationToken::new();
     wire_signals(shutdown.clone())?;
-    let result = worker.run(shutdown).await;
+    // A signal during the start stops the worker as soon as it runs.
+    let result = match worker.start().await {
+        Ok(running) => {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = running.failed() => {}
+            }
+            running.stop().await
+        }
+        Err(e) => Err(e),
+    };
     stop_bridge.cancel();
     if let Some(task) = bridge_task {
         match task.await {

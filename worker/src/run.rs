@@ -3,9 +3,9 @@
 //! 1. the lane admits it (or discards it: `discard_later`) — synchronously, in consumption order;
 //! 2. it waits for its lane's turn, then for a capacity permit (a `cover_early` trigger may cancel
 //!    it meanwhile; a revoked partition or a stopping worker hands it back unstarted);
-//! 3. its `started` mark is made durable (see `offsets`), then `started` is published and the
-//!    handler runs (timeout, cancellation, panics: see [`execute`]); its log lines are shipped
-//!    in bounded batches while it runs (`log` events);
+//! 3. its `started` mark is made durable (see [`progress`](crate::progress)), then `started` is
+//!    published and the handler runs (timeout, cancellation, panics: see [`execute`]); its log
+//!    lines are shipped in bounded batches while it runs (`log` events);
 //! 4. its `reporting` mark (with the verdict) is made durable, then `finished` is published and
 //!    its delivery awaited (retried until delivered or the run is abandoned);
 //! 5. only then is the offset marked finished in the tracker, which the committer commits.
@@ -13,9 +13,14 @@
 //! A run that is handed back (before it started, or still running when the drain or the revoke
 //! timeout ran out) publishes no `finished` event and never finishes its offset: the partition's
 //! next owner runs it again, with `attempt + 1` if it had started.
+//!
+//! Steps 1 to 3 are the stages of `RunEnv::run_trigger` (`admitted`, `wait_turn`,
+//! `mark_started`, `run_handler`), steps 4 and 5 are `RunEnv::report`. A stage that ends the run
+//! early returns either a verdict to report (step 4 follows) or a `HandBack`, the one exit
+//! without a result.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_schemas::{
@@ -23,17 +28,15 @@ use cadenza_schemas::{
     WorkerId,
 };
 use chrono::{DateTime, Utc};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::consumer::ProgressSignal;
 use crate::handler::{execute, Execution, Handler, Outcome, RunContext, RunLog};
-use crate::lane::{Admission, Cause, Lanes, Turn};
-use crate::lock;
-use crate::metrics::{FinishedLabels, JobTypeLabel, WorkerMetrics};
-use crate::offsets::{Begun, Durability, Epoch, OffsetTracker, PartitionTokens, TopicPartition};
+use crate::lane::{Admission, Cause, LaneSlot, Lanes, Turn};
+use crate::metrics::{FinishedLabels, GaugeGuard, JobTypeLabel, WorkerMetrics};
+use crate::progress::Delivery;
 use crate::results::ResultSink;
 use crate::telemetry;
 
@@ -43,44 +46,6 @@ pub(crate) const LOG_SHIP_INTERVAL: Duration = Duration::from_millis(500);
 pub(crate) const LOG_SHIP_MAX_BYTES: usize = 16 * 1024;
 /// Most bytes of a message kept in a progress record.
 const REPORT_MESSAGE_MAX: usize = 1024;
-
-/// Where a trigger came from, and what finishing it means for the offset tracker. Dropping it
-/// tells the tracker the offset's task is over.
-#[derive(Debug)]
-pub(crate) struct Delivery {
-    pub tp: TopicPartition,
-    pub offset: i64,
-    pub epoch: Epoch,
-    pub tokens: PartitionTokens,
-    /// The W3C trace context of the trigger, forwarded on the result events.
-    pub traceparent: Option<String>,
-    offsets: Arc<Mutex<OffsetTracker>>,
-}
-
-impl Delivery {
-    pub(crate) fn new(
-        offsets: &Arc<Mutex<OffsetTracker>>,
-        tp: TopicPartition,
-        offset: i64,
-        begun: &Begun,
-        traceparent: Option<String>,
-    ) -> Self {
-        Self {
-            tp,
-            offset,
-            epoch: begun.epoch,
-            tokens: begun.tokens.clone(),
-            traceparent,
-            offsets: Arc::clone(offsets),
-        }
-    }
-}
-
-impl Drop for Delivery {
-    fn drop(&mut self) {
-        lock(&self.offsets).end(&self.tp, self.epoch);
-    }
-}
 
 /// Counts triggers taken from Kafka and not finished, so the consumer can pause when too many
 /// pile up (see [`WorkerConfig::max_in_flight`](crate::WorkerConfig::max_in_flight)).
@@ -157,8 +122,6 @@ pub(crate) struct RunEnv {
     pub worker_id: WorkerId,
     pub group: String,
     pub results: Arc<dyn ResultSink>,
-    pub offsets: Arc<Mutex<OffsetTracker>>,
-    pub progress: Arc<ProgressSignal>,
     pub lanes: Arc<Lanes>,
     /// Bounds concurrent handler executions across jobs.
     pub capacity: Arc<Semaphore>,
@@ -220,6 +183,58 @@ fn clip_front(s: &str, max: usize) -> String {
 
 const BACKOFF_START: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// How a run ends before its handler has a result.
+enum Ended {
+    /// With this verdict to report, without running (discarded, or cancelled before it started).
+    Verdict(Verdict),
+    /// Handed back: no `finished` event, the offset is not finished; the partition's next owner
+    /// runs the trigger again.
+    HandBack(HandBack),
+}
+
+/// Why a run is handed back.
+#[derive(Debug, Clone, Copy)]
+enum HandBack {
+    /// Before it started (partition revoked, or the worker stopping): the next owner runs it
+    /// with the same attempt, unless its `started` mark was already recorded.
+    NotStarted,
+    /// While it executed (revoke or drain timeout): its `started` mark is durable, so the next
+    /// owner runs it as `attempt + 1`.
+    Abandoned,
+}
+
+impl HandBack {
+    fn log(self) {
+        match self {
+            Self::NotStarted => tracing::info!(
+                "handing back a run that had not started (partition revoked or worker stopping)"
+            ),
+            Self::Abandoned => {
+                tracing::warn!(
+                    "run abandoned unfinished (drain or revoke timeout); it will run again"
+                )
+            }
+        }
+    }
+}
+
+/// A run whose turn came: its place in the lane and its share of the capacity, held while its
+/// handler runs.
+struct Turned {
+    slot: LaneSlot,
+    permit: OwnedSemaphorePermit,
+    /// Counts the run in the capacity in use.
+    running: GaugeGuard,
+}
+
+/// A run whose handler has a result.
+struct Ran {
+    verdict: Verdict,
+    /// When it started and ended.
+    times: (DateTime<Utc>, DateTime<Utc>),
+    log: Option<String>,
+}
 
 /// A run's identity in the events it publishes.
 struct RunIds<'a> {
@@ -286,7 +301,7 @@ impl RunEnv {
                 attempt,
             };
             env.report(
-                &delivery,
+                delivery,
                 &ids,
                 Verdict::new(RunStatus::Failed, reason),
                 None,
@@ -328,38 +343,10 @@ impl RunEnv {
                 )
                 .await
             {
-                env.finish_offset(&delivery);
+                delivery.finish();
             }
             drop(guard);
         });
-    }
-
-    /// The message at `delivery` is completely handled.
-    pub(crate) fn finish_offset(&self, delivery: &Delivery) {
-        lock(&self.offsets).finish(&delivery.tp, delivery.offset, delivery.epoch);
-    }
-
-    /// Wait until `version` of the delivery's partition is durable. False if the partition was
-    /// revoked or `stop` fired first.
-    async fn durable(&self, d: &Delivery, version: u64, stop: &CancellationToken) -> bool {
-        let mut committed = self.progress.committed.subscribe();
-        loop {
-            match lock(&self.offsets).durability(&d.tp, d.epoch, version) {
-                Durability::Durable => return true,
-                Durability::Gone => return false,
-                Durability::Pending => {}
-            }
-            self.progress.wake.notify_one();
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return false,
-                changed = committed.changed() => {
-                    if changed.is_err() {
-                        return false;
-                    }
-                }
-            }
-        }
     }
 
     /// Run `attempt` until it succeeds or `stop` fires; waits with exponential backoff between
@@ -397,7 +384,10 @@ impl RunEnv {
         }
     }
 
-    /// Runs inside the `run` span [`RunEnv::dispatch`] made.
+    /// The life of one trigger, in the steps of this module's doc; runs inside the `run` span
+    /// [`RunEnv::dispatch`] made. Each stage either passes the run on to the next, ends it with a
+    /// verdict to report (discarded, cancelled), or hands it back: the one exit where the worker
+    /// gives the trigger back without a result.
     async fn run_trigger(
         &self,
         delivery: Delivery,
@@ -410,71 +400,105 @@ impl RunEnv {
             trigger: &trigger,
             attempt,
         };
-        let revoking = delivery.tokens.revoking.clone();
-        let mut slot = match admission {
-            Admission::Discarded { busy } => {
-                let verdict = Verdict::new(
-                    RunStatus::Discarded,
-                    format!(
-                        "discarded: job {} already has {busy} run(s) running or waiting on worker {} (discard_later)",
-                        trigger.job_id, self.worker_id
-                    ),
-                );
-                self.report(&delivery, &ids, verdict, None, None).await;
-                return;
-            }
-            Admission::Admitted(slot) => slot,
-        };
-        let waiting = self.metrics.waiting(trigger.job_type.as_str());
+        let ended = async {
+            // 1. Admitted by the lane (or discarded).
+            let slot = self.admitted(admission, &trigger)?;
+            // 2. Its turn in the lane, then a capacity permit.
+            let turn = self.wait_turn(&delivery, &trigger, slot).await?;
+            // 3. `started` durable, then published; the handler runs.
+            self.mark_started(&delivery, attempt).await?;
+            self.run_handler(&delivery, &ids, handler, turn).await
+        }
+        .await;
+        match ended {
+            // 4. and 5.: `reporting` durable, `finished` delivered, offset finished.
+            Ok(Ran {
+                verdict,
+                times,
+                log,
+            }) => self.report(delivery, &ids, verdict, Some(times), log).await,
+            Err(Ended::Verdict(verdict)) => self.report(delivery, &ids, verdict, None, None).await,
+            Err(Ended::HandBack(why)) => why.log(),
+        }
+    }
 
+    /// Step 1: the lane's decision, taken when the trigger was dispatched. A `discard_later`
+    /// trigger whose job is busy ends here, `discarded`.
+    fn admitted(&self, admission: Admission, trigger: &TriggerMessage) -> Result<LaneSlot, Ended> {
+        match admission {
+            Admission::Discarded { busy } => Err(Ended::Verdict(Verdict::new(
+                RunStatus::Discarded,
+                format!(
+                    "discarded: job {} already has {busy} run(s) running or waiting on worker {} (discard_later)",
+                    trigger.job_id, self.worker_id
+                ),
+            ))),
+            Admission::Admitted(slot) => Ok(slot),
+        }
+    }
+
+    /// Step 2: wait for the run's turn in its lane, then for a capacity permit. A `cover_early`
+    /// trigger or an operator may cancel it meanwhile (→ `cancelled`, its slot left before it is
+    /// reported); a revoked partition or a stopping worker hands it back.
+    async fn wait_turn(
+        &self,
+        delivery: &Delivery,
+        trigger: &TriggerMessage,
+        mut slot: LaneSlot,
+    ) -> Result<Turned, Ended> {
+        let revoking = &delivery.tokens.revoking;
+        let _waiting = self.metrics.waiting(trigger.job_type.as_str());
         let turn = tokio::select! {
             biased;
-            _ = revoking.cancelled() => {
-                tracing::info!("handing back a run that had not started (partition revoked or worker stopping)");
-                return;
-            }
+            _ = revoking.cancelled() => return Err(Ended::HandBack(HandBack::NotStarted)),
             t = slot.wait_turn() => t,
         };
         if turn == Turn::Cancelled {
-            let verdict = cancelled_verdict(slot.cause());
-            drop(slot);
-            self.report(&delivery, &ids, verdict, None, None).await;
-            return;
+            return Err(Ended::Verdict(cancelled_verdict(slot.cause())));
         }
-        let permit = tokio::select! {
+        tokio::select! {
             biased;
-            _ = revoking.cancelled() => {
-                tracing::info!("handing back a run that had not started (partition revoked or worker stopping)");
-                return;
-            }
-            _ = slot.token().cancelled() => {
-                let verdict = cancelled_verdict(slot.cause());
-                drop(slot);
-                self.report(&delivery, &ids, verdict, None, None).await;
-                return;
-            }
+            _ = revoking.cancelled() => Err(Ended::HandBack(HandBack::NotStarted)),
+            _ = slot.token().cancelled() => Err(Ended::Verdict(cancelled_verdict(slot.cause()))),
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
-                Ok(p) => (p, self.metrics.running()),
+                Ok(permit) => Ok(Turned {
+                    slot,
+                    permit,
+                    running: self.metrics.running(),
+                }),
                 // The semaphore is never closed; if it were, the run is handed back.
-                Err(_) => return,
+                Err(_) => Err(Ended::HandBack(HandBack::NotStarted)),
             },
-        };
-        drop(waiting);
-
-        // The next owner must know this run may have started (→ attempt + 1) before it does.
-        let marked =
-            lock(&self.offsets).start(&delivery.tp, delivery.offset, delivery.epoch, attempt);
-        let durable = match marked {
-            Some(v) => self.durable(&delivery, v, &revoking).await,
-            None => false,
-        };
-        if !durable {
-            tracing::info!(
-                "handing back a run that had not started (partition revoked or worker stopping)"
-            );
-            return;
         }
+    }
 
+    /// Step 3, first half: the next owner must know this run may have started (→ `attempt + 1`)
+    /// before it does. Handed back if the partition is revoked (or the worker stops) first.
+    async fn mark_started(&self, delivery: &Delivery, attempt: u32) -> Result<(), Ended> {
+        if delivery.mark_started(attempt).await {
+            Ok(())
+        } else {
+            Err(Ended::HandBack(HandBack::NotStarted))
+        }
+    }
+
+    /// Step 3, second half: publish `started`, ship the log while the handler runs (see
+    /// [`execute`]), then leave the lane and give the permit back, and make the verdict. A run
+    /// still executing when its partition is dropped (revoke or drain timeout) is handed back.
+    async fn run_handler(
+        &self,
+        delivery: &Delivery,
+        ids: &RunIds<'_>,
+        handler: Arc<dyn Handler>,
+        turn: Turned,
+    ) -> Result<Ran, Ended> {
+        let Turned {
+            slot,
+            permit,
+            running,
+        } = turn;
+        let trigger = ids.trigger;
+        let attempt = ids.attempt;
         let started_at = Utc::now();
         let started = ResultEvent::Started(RunStarted {
             trigger_id: trigger.trigger_id,
@@ -532,15 +556,13 @@ impl RunEnv {
         let cause = slot.cause();
         // The next run of the job and of the worker may start now.
         drop(permit);
+        drop(running);
         drop(slot);
 
         let verdict = match execution {
             Execution::HandedBack => {
                 shipper.abort();
-                tracing::warn!(
-                    "run abandoned unfinished (drain or revoke timeout); it will run again"
-                );
-                return;
+                return Err(Ended::HandBack(HandBack::Abandoned));
             }
             Execution::Returned(Outcome::Success(message)) => Verdict {
                 status: RunStatus::Succeeded,
@@ -567,16 +589,18 @@ impl RunEnv {
         if let Err(error) = shipper.await {
             tracing::warn!(%error, "the started/log task failed");
         }
-        let times = Some((started_at, ended_at));
-        self.report(&delivery, &ids, verdict, times, log.contents())
-            .await;
+        Ok(Ran {
+            verdict,
+            times: (started_at, ended_at),
+            log: log.contents(),
+        })
     }
 
     /// Make the verdict durable, publish `finished`, wait for its delivery, then finish the
     /// offset.
     async fn report(
         &self,
-        delivery: &Delivery,
+        delivery: Delivery,
         ids: &RunIds<'_>,
         verdict: Verdict,
         times: Option<(DateTime<Utc>, DateTime<Utc>)>,
@@ -593,10 +617,8 @@ impl RunEnv {
             None => (None, Utc::now()),
         };
         let trigger = ids.trigger;
-        let marked = lock(&self.offsets).report(
-            &delivery.tp,
-            delivery.epoch,
-            ReportingOffset {
+        let durable = delivery
+            .mark_reporting(ReportingOffset {
                 offset: delivery.offset,
                 trigger_id: trigger.trigger_id,
                 job_id: trigger.job_id,
@@ -610,12 +632,8 @@ impl RunEnv {
                     .as_deref()
                     .map(|m| clip_front(m, REPORT_MESSAGE_MAX)),
                 retry_requested: verdict.retry_requested,
-            },
-        );
-        let durable = match marked {
-            Some(v) => self.durable(delivery, v, &delivery.tokens.dropped).await,
-            None => false,
-        };
+            })
+            .await;
         if !durable {
             tracing::warn!(%status, "partition revoked before the result was recorded; its next owner runs the trigger again");
             return;
@@ -646,7 +664,7 @@ impl RunEnv {
             )
             .await;
         if delivered {
-            self.finish_offset(delivery);
+            delivery.finish();
             self.metrics
                 .runs_finished
                 .get_or_create(&FinishedLabels {
@@ -701,9 +719,13 @@ async fn ship(
 mod tests {
     use super::*;
     use crate::handler::handler_fn;
+    use crate::lock;
+    use crate::progress::tracker::AssignmentEpoch;
+    use crate::progress::{Deliveries, OffsetTracker, ProgressSignal, TopicPartition};
     use crate::results::PublishError;
     use cadenza_schemas::{BlockStrategy, JobId, TriggerId};
     use futures::future::BoxFuture;
+    use std::sync::Mutex;
     use tokio::time::Instant;
 
     /// Collects published events, with the (virtual) time they were published.
@@ -728,8 +750,10 @@ mod tests {
     struct Harness {
         env: Arc<RunEnv>,
         sink: Arc<Collect>,
+        offsets: Arc<Mutex<OffsetTracker>>,
+        deliveries: Deliveries,
         tp: TopicPartition,
-        epoch: Epoch,
+        epoch: AssignmentEpoch,
         t0: Instant,
     }
 
@@ -761,8 +785,6 @@ mod tests {
                 worker_id: WorkerId("w1".into()),
                 group: "g".into(),
                 results: sink.clone(),
-                offsets,
-                progress,
                 lanes: Arc::new(Lanes::default()),
                 capacity: Arc::new(Semaphore::new(capacity)),
                 in_flight: InFlight::new(1000),
@@ -773,9 +795,12 @@ mod tests {
                 tasks: TaskTracker::new(),
                 metrics: Arc::new(WorkerMetrics::new("test", capacity as u32)),
             });
+            let deliveries = Deliveries::new(Arc::clone(&offsets), progress);
             Self {
                 env,
                 sink,
+                offsets,
+                deliveries,
                 tp,
                 epoch,
                 t0: Instant::now(),
@@ -793,9 +818,9 @@ mod tests {
         }
 
         fn delivery(&self, offset: i64) -> Delivery {
-            let begun = lock(&self.env.offsets).begin(&self.tp, offset).unwrap();
-            assert_eq!(begun.epoch, self.epoch);
-            Delivery::new(&self.env.offsets, self.tp.clone(), offset, &begun, None)
+            let (delivery, _) = self.deliveries.take(self.tp.clone(), offset, None).unwrap();
+            assert_eq!(delivery.epoch(), self.epoch);
+            delivery
         }
 
         /// Dispatch `t` at offset `offset` with `handler`.
@@ -837,7 +862,7 @@ mod tests {
         }
 
         fn position(&self) -> Option<i64> {
-            lock(&self.env.offsets).position(&self.tp)
+            lock(&self.offsets).position(&self.tp)
         }
     }
 

@@ -1,5 +1,6 @@
-//! Per-partition progress: which offsets are finished, started or being reported, and what a
-//! commit must record so that the partition's next owner neither loses nor repeats work.
+//! The offset tracker: per partition, which offsets are waiting, started, being reported or
+//! finished, and what a commit must record so that the partition's next owner neither loses nor
+//! repeats work.
 //!
 //! Triggers of one partition finish out of order (different jobs, different durations), so the
 //! committed **position** is the lowest unfinished offset (or the last seen + 1). That alone would
@@ -15,7 +16,7 @@
 //! This is the commit metadata of Confluent's parallel consumer. Kafka brokers keep a commit's
 //! metadata string, but not every Kafka-protocol broker does, so the worker writes the record to
 //! `<prefix>.progress` and commits its offset there, in the auxiliary group `<group>~progress`,
-//! under the trigger partition (see `consumer::Progress`). That pointer commit is not fenced by
+//! under the trigger partition (see [`Progress`](super::store::Progress)). That pointer commit is not fenced by
 //! the group's generation, so it is only where a new owner starts reading: each record carries
 //! its owner's *term* (the offset of the claim the owner wrote when the partition was assigned to
 //! it), and of the records from the pointer on, the one with the highest term, and the latest of
@@ -27,7 +28,9 @@
 //! whether the run may have started (→ `attempt + 1`) and whether its result may have been
 //! published (→ publish again, never run again).
 //!
-//! The tracker is a plain struct without I/O; the consumer wraps it in a mutex.
+//! The tracker is a plain struct without I/O; the worker shares it behind a mutex between the
+//! progress store (commits), the rebalance callbacks (assign, revoke) and the deliveries (one per
+//! offset taken: [`Delivery`](super::Delivery) is a run's only handle on it).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -38,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 /// A partition's record is written again at least this often even when unchanged, and once
 /// after each assignment, so that its pointer stays recent: a new owner reads the progress topic
-/// back from the pointer (see `consumer::Progress`), so this bounds what it reads.
+/// back from the pointer (see [`Progress`](super::store::Progress)), so this bounds what it reads.
 pub const REFRESH: Duration = Duration::from_secs(30);
 
 /// A topic and partition.
@@ -57,10 +60,14 @@ impl TopicPartition {
     }
 }
 
-/// Identifies one assignment of a partition to this consumer. A run that began under an earlier
-/// assignment cannot finish an offset of a later one (the partition was revoked and came back,
-/// and the message may have been delivered again).
-pub type Epoch = u64;
+/// Identifies one assignment of a partition to this consumer (counted by this process). A run
+/// that began under an earlier assignment cannot finish an offset of a later one (the partition
+/// was revoked and came back, and the message may have been delivered again).
+///
+/// Not to be confused with the admin's lease epoch of a shard (fence records), nor with the
+/// owner's *term* on the progress topic: this one never leaves the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AssignmentEpoch(u64);
 
 #[derive(Debug, Clone, PartialEq)]
 enum Mark {
@@ -103,7 +110,7 @@ pub struct PartitionTokens {
 /// An offset taken from an assigned partition.
 #[derive(Debug, Clone)]
 pub struct Begun {
-    pub epoch: Epoch,
+    pub epoch: AssignmentEpoch,
     pub prior: Prior,
     pub tokens: PartitionTokens,
 }
@@ -117,11 +124,35 @@ pub enum Durability {
     Gone,
 }
 
-type Snapshot = (i64, Vec<i64>, Vec<StartedOffset>, Vec<ReportingOffset>);
+/// What a progress record says of a partition (without who wrote it and when): compared with
+/// the last committed one to tell whether the partition has anything new to commit.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    /// The lowest unfinished offset, or the highest seen + 1.
+    position: i64,
+    /// Finished offsets at or above `position`.
+    finished: Vec<i64>,
+    /// Started, unfinished runs with their attempt.
+    started: Vec<StartedOffset>,
+    /// Runs whose `finished` event was being published.
+    reporting: Vec<ReportingOffset>,
+}
+
+impl Snapshot {
+    /// The part of `record` a snapshot holds.
+    fn of(record: &ProgressRecord) -> Self {
+        Self {
+            position: record.position,
+            finished: record.finished.clone(),
+            started: record.started.clone(),
+            reporting: record.reporting.clone(),
+        }
+    }
+}
 
 #[derive(Debug)]
 struct PartitionState {
-    epoch: Epoch,
+    epoch: AssignmentEpoch,
     tokens: PartitionTokens,
     /// Every offset below is finished (known when the partition was assigned).
     base: Option<i64>,
@@ -186,7 +217,12 @@ impl PartitionState {
                 Mark::Reporting(r) => reporting.push((**r).clone()),
             }
         }
-        Some((position, finished, started, reporting))
+        Some(Snapshot {
+            position,
+            finished,
+            started,
+            reporting,
+        })
     }
 }
 
@@ -194,7 +230,7 @@ impl PartitionState {
 #[derive(Debug, Clone)]
 pub struct CommitItem {
     pub tp: TopicPartition,
-    pub epoch: Epoch,
+    pub epoch: AssignmentEpoch,
     pub version: u64,
     pub record: ProgressRecord,
     /// Whether a group commit was accepted since the owner's claim (`record.term`). If not, the
@@ -213,7 +249,7 @@ pub fn supersedes(a: Option<i64>, a_offset: i64, b: Option<i64>, b_offset: i64) 
 #[derive(Debug)]
 pub struct OffsetTracker {
     partitions: HashMap<TopicPartition, PartitionState>,
-    next_epoch: Epoch,
+    next_epoch: AssignmentEpoch,
     hand_back: CancellationToken,
     abandon: CancellationToken,
 }
@@ -229,7 +265,7 @@ impl OffsetTracker {
     pub fn new(hand_back: CancellationToken, abandon: CancellationToken) -> Self {
         Self {
             partitions: HashMap::new(),
-            next_epoch: 0,
+            next_epoch: AssignmentEpoch(0),
             hand_back,
             abandon,
         }
@@ -244,8 +280,8 @@ impl OffsetTracker {
         committed: Option<i64>,
         record: Option<&ProgressRecord>,
         term: Option<i64>,
-    ) -> Epoch {
-        self.next_epoch += 1;
+    ) -> AssignmentEpoch {
+        self.next_epoch = AssignmentEpoch(self.next_epoch.0 + 1);
         let epoch = self.next_epoch;
         // A round that failed half-way may leave either ahead; every offset below the higher is finished.
         let base = match (committed, record.map(|r| r.position)) {
@@ -294,7 +330,7 @@ impl OffsetTracker {
         tp: TopicPartition,
         committed: Option<i64>,
         term: Option<i64>,
-    ) -> Epoch {
+    ) -> AssignmentEpoch {
         let epoch = self.assign(tp.clone(), committed, None, term);
         if let Some(state) = self.partitions.get_mut(&tp) {
             state.unknown = true;
@@ -344,7 +380,7 @@ impl OffsetTracker {
         })
     }
 
-    fn live(&mut self, tp: &TopicPartition, epoch: Epoch) -> Option<&mut PartitionState> {
+    fn live(&mut self, tp: &TopicPartition, epoch: AssignmentEpoch) -> Option<&mut PartitionState> {
         self.partitions.get_mut(tp).filter(|s| s.epoch == epoch)
     }
 
@@ -354,7 +390,7 @@ impl OffsetTracker {
         &mut self,
         tp: &TopicPartition,
         offset: i64,
-        epoch: Epoch,
+        epoch: AssignmentEpoch,
         attempt: u32,
     ) -> Option<u64> {
         let state = self.live(tp, epoch)?;
@@ -368,7 +404,7 @@ impl OffsetTracker {
     pub fn report(
         &mut self,
         tp: &TopicPartition,
-        epoch: Epoch,
+        epoch: AssignmentEpoch,
         report: ReportingOffset,
     ) -> Option<u64> {
         let state = self.live(tp, epoch)?;
@@ -380,7 +416,12 @@ impl OffsetTracker {
     }
 
     /// Whether `version` of the partition reached the broker.
-    pub fn durability(&self, tp: &TopicPartition, epoch: Epoch, version: u64) -> Durability {
+    pub fn durability(
+        &self,
+        tp: &TopicPartition,
+        epoch: AssignmentEpoch,
+        version: u64,
+    ) -> Durability {
         match self.partitions.get(tp) {
             Some(s) if s.epoch == epoch && s.durable >= version => Durability::Durable,
             Some(s) if s.epoch == epoch => Durability::Pending,
@@ -390,7 +431,7 @@ impl OffsetTracker {
 
     /// The message at `offset` is completely handled (result delivered, DLQ record delivered,
     /// or skipped). Ignored when the partition was revoked since `begin`.
-    pub fn finish(&mut self, tp: &TopicPartition, offset: i64, epoch: Epoch) {
+    pub fn finish(&mut self, tp: &TopicPartition, offset: i64, epoch: AssignmentEpoch) {
         if let Some(state) = self.live(tp, epoch) {
             if state.base.is_none_or(|b| offset >= b) {
                 state.entries.insert(offset, Mark::Finished);
@@ -400,7 +441,7 @@ impl OffsetTracker {
     }
 
     /// The task of an offset taken with `begin` is over (finished or handed back).
-    pub fn end(&mut self, tp: &TopicPartition, epoch: Epoch) {
+    pub fn end(&mut self, tp: &TopicPartition, epoch: AssignmentEpoch) {
         if let Some(state) = self.live(tp, epoch) {
             state.active = state.active.saturating_sub(1);
         }
@@ -469,7 +510,12 @@ impl OffsetTracker {
         if !force && !due && s.committed.as_ref() == Some(&snap) {
             return None;
         }
-        let (position, finished, started, reporting) = snap;
+        let Snapshot {
+            position,
+            finished,
+            started,
+            reporting,
+        } = snap;
         Some(CommitItem {
             tp: tp.clone(),
             epoch: s.epoch,
@@ -520,13 +566,7 @@ impl OffsetTracker {
                     s.term = it.record.term;
                 }
                 s.durable = s.durable.max(it.version);
-                let r = &it.record;
-                s.committed = Some((
-                    r.position,
-                    r.finished.clone(),
-                    r.started.clone(),
-                    r.reporting.clone(),
-                ));
+                s.committed = Some(Snapshot::of(&it.record));
             }
         }
     }
@@ -553,7 +593,7 @@ mod tests {
         WorkerId("w".into())
     }
 
-    fn fresh(t: &mut OffsetTracker, p: i32, o: i64) -> Epoch {
+    fn fresh(t: &mut OffsetTracker, p: i32, o: i64) -> AssignmentEpoch {
         let b = t.begin(&tp(p), o).unwrap();
         assert_eq!(b.prior, Prior::Fresh, "offset {o}");
         b.epoch
@@ -823,10 +863,13 @@ mod tests {
     fn unassigned_partitions_are_left_alone() {
         let mut t = OffsetTracker::default();
         assert!(t.begin(&tp(3), 1).is_none());
-        t.finish(&tp(3), 1, 1);
-        assert!(t.start(&tp(3), 1, 1, 1).is_none());
+        t.finish(&tp(3), 1, AssignmentEpoch(1));
+        assert!(t.start(&tp(3), 1, AssignmentEpoch(1), 1).is_none());
         assert!(t.to_commit(&w(), "g", false).is_empty());
-        assert_eq!(t.durability(&tp(3), 1, 0), Durability::Gone);
+        assert_eq!(
+            t.durability(&tp(3), AssignmentEpoch(1), 0),
+            Durability::Gone
+        );
     }
 
     #[test]
