@@ -20,7 +20,6 @@ pub mod alarm;
 pub mod api;
 pub mod audit;
 pub mod auth;
-pub mod cli;
 pub mod config;
 pub mod console;
 pub mod db;

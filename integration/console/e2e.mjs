@@ -1,5 +1,5 @@
 // The console in headless Chromium, as a person uses it, against a real admin (started by
-// integration/tests/console.rs with PostgreSQL, the broker and a shell worker).
+// integration/tests/scenarios/console.rs with PostgreSQL, the broker and a shell worker).
 //
 // Environment: CADENZA_URL, CADENZA_ADMIN_USER / CADENZA_ADMIN_PASSWORD (an admin),
 // CADENZA_VIEWER_USER / CADENZA_VIEWER_PASSWORD (a viewer), CADENZA_JOB_TYPE (served by a shell

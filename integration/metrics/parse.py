@@ -1,7 +1,7 @@
 """Reads an OpenMetrics exposition on stdin with the Prometheus project's own parser
 (prometheus_client.openmetrics.parser) and prints its samples as JSON lines:
 {"name": ..., "labels": {...}, "value": ...}. Exits non-zero, naming the line, if it does not
-parse: the metrics test (integration/tests/metrics.rs) then fails."""
+parse: the metrics test (integration/tests/scenarios/metrics.rs) then fails."""
 
 import json
 import sys

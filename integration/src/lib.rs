@@ -51,6 +51,7 @@ mod postgres;
 mod process;
 mod receiver;
 mod runs;
+pub mod scenario;
 mod smtp;
 mod util;
 mod wait;

@@ -123,7 +123,7 @@ impl ApiClient {
 
     /// The value of one sample of the admin's `/metrics`, written as it appears there
     /// (`cadenza_dlq_records_total`, `cadenza_alarms_total{channel="webhook",outcome="sent"}`);
-    /// 0 when absent. (integration/tests/metrics.rs reads the whole exposition with a real
+    /// 0 when absent. (integration/tests/scenarios/metrics.rs reads the whole exposition with a real
     /// parser; this is for single values.)
     pub async fn metric(&self, sample: &str) -> Result<f64> {
         let (code, text) = self.get_text("/metrics").await?;

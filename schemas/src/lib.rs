@@ -15,6 +15,7 @@ mod strategy;
 mod topics;
 
 pub mod json_schema;
+pub mod xxl_export;
 
 pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
 pub use messages::{

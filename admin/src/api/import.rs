@@ -69,14 +69,14 @@ pub struct XxlImportRequest {
 }
 
 fn jobs_schema() -> utoipa::openapi::schema::Array {
-    let mut a = crate::import::rows::rows_schema();
+    let mut a = cadenza_schemas::xxl_export::rows_schema();
     a.min_items = Some(1);
     a.description = Some("Rows of `xxl_job_info` (at least one).".into());
     a
 }
 
 fn groups_schema() -> utoipa::openapi::schema::Array {
-    let mut a = crate::import::rows::rows_schema();
+    let mut a = cadenza_schemas::xxl_export::rows_schema();
     a.description = Some("Rows of `xxl_job_group`.".into());
     a.schema_type = utoipa::openapi::schema::SchemaType::from_iter([
         utoipa::openapi::schema::Type::Array,

@@ -22,41 +22,15 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::rows::{Cell, Row};
+use super::{Cell, Row};
 use crate::jobs::{
     Backoff, FieldError, JobSpec, DEFAULT_BACKOFF_MAX_MS, DEFAULT_MISFIRE_THRESHOLD_MS,
 };
 
-/// The source name when none is given: one XXL-JOB installation.
-pub const DEFAULT_SOURCE: &str = "xxl-job";
-/// The job type GLUE_SHELL jobs get when none is given: the worker's `shell` built-in.
-pub const DEFAULT_SHELL_JOB_TYPE: &str = "shell";
-/// Longest source name.
-pub const MAX_SOURCE_LEN: usize = 100;
-
-/// The columns of `xxl_job_info` the import reads; the others are ignored.
-pub const JOB_COLUMNS: &[&str] = &[
-    "id",
-    "job_group",
-    "job_desc",
-    "alarm_email",
-    "schedule_type",
-    "schedule_conf",
-    "job_cron",
-    "misfire_strategy",
-    "executor_route_strategy",
-    "executor_handler",
-    "executor_param",
-    "executor_block_strategy",
-    "executor_timeout",
-    "executor_fail_retry_count",
-    "glue_type",
-    "glue_source",
-    "child_jobid",
-    "trigger_status",
-];
-/// The columns of `xxl_job_group` the import reads.
-pub const GROUP_COLUMNS: &[&str] = &["id", "app_name"];
+pub use cadenza_schemas::xxl_export::{
+    columns_read, DEFAULT_SHELL_JOB_TYPE, DEFAULT_SOURCE, GROUP_COLUMNS, JOB_COLUMNS,
+    MAX_SOURCE_LEN,
+};
 
 /// What an import does with a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -1102,22 +1076,6 @@ pub fn referenced_ids(jobs: &[Row]) -> Vec<i64> {
     let mut ids: Vec<i64> = ids.into_iter().collect();
     ids.sort_unstable();
     ids
-}
-
-/// The columns of a row the import reads (the CLI sends only these). A GLUE source is kept for
-/// GLUE_SHELL rows only: other GLUE sources are not carried over.
-pub fn columns_read(row: &Row, group: bool) -> Row {
-    let wanted = if group { GROUP_COLUMNS } else { JOB_COLUMNS };
-    let shell = View::new(row)
-        .text("glue_type")
-        .is_some_and(|g| g.eq_ignore_ascii_case("GLUE_SHELL"));
-    row.iter()
-        .filter(|(k, _)| {
-            let k = k.trim().to_ascii_lowercase();
-            wanted.contains(&k.as_str()) && (group || shell || k != "glue_source")
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 /// The children of a created row as Cadenza ids, once every new job has its id.

@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
-mod worker_support;
-
 use std::time::Duration;
 
+use cadenza_integration::scenario::{
+    audit, create_job, disable, quiesce, sleep_job, stop_all_and_read_results,
+};
 use cadenza_integration::{Cluster, WorkerHandle};
 use serde_json::json;
-use worker_support::{audit, create_job, disable, quiesce, sleep_job, stop_all_and_read_results};
 
 const WORKER_ENV: &[(&str, &str)] = &[("CADENZA_HEARTBEAT_MS", "1000")];
 

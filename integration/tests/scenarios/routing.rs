@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
+use cadenza_integration::scenario::{all_runs, create_job, text, time};
 use cadenza_integration::{
     produce, topic_partition_count, wait_for, AdminHandle, ApiClient, Cluster, StatusCode,
     WorkerHandle,
@@ -75,12 +76,6 @@ async fn setup(n: usize, handler: &str, admin_env: &[(&str, &str)]) -> Setup {
     s
 }
 
-async fn create_job(api: &ApiClient, body: Value) -> i64 {
-    let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    job["id"].as_i64().unwrap()
-}
-
 async fn assignment(api: &ApiClient, topic: &str) -> anyhow::Result<BTreeMap<String, Vec<i64>>> {
     api.assignment(topic).await
 }
@@ -89,26 +84,11 @@ async fn wait_assignment(api: &ApiClient, topic: &str, live: &[String]) {
     api.wait_assignment(topic, live, 6, WAIT).await.unwrap();
 }
 
+/// Every run of `job`, by fire time, then shard.
 async fn runs(api: &ApiClient, job: i64) -> Vec<Value> {
-    let (status, body) = api
-        .get_json(&format!("/api/triggers?job_id={job}&limit=1000"))
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let mut r = body["triggers"].as_array().cloned().unwrap_or_default();
+    let mut r = all_runs(api, job).await;
     r.sort_by_key(|r| (time(&r["fire_time"]), r["shard_index"].as_i64()));
     r
-}
-
-fn time(v: &Value) -> DateTime<Utc> {
-    v.as_str()
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&Utc))
-        .unwrap_or_else(|| panic!("not a time: {v}"))
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or("")
 }
 
 /// Waits until the first `n` runs of `job` that fired after `after` (by fire time, then shard)

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use cadenza_integration::scenario::{all_runs, time};
 use cadenza_integration::{
-    json_time, read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink,
-    StatusCode, WorkerHandle,
+    read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Receiver, SmtpSink, StatusCode,
+    WorkerHandle,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -26,20 +27,13 @@ async fn start(
     (cluster, admin, worker)
 }
 
-/// A job's runs, oldest first.
-async fn runs_of(api: &ApiClient, job: i64) -> Vec<Value> {
-    let mut r = api.runs(&format!("job_id={job}&limit=1000")).await.unwrap();
-    r.reverse();
-    r
-}
-
 /// Waits until `job` has `n` runs that all reached one of `statuses`; returns them oldest first.
 async fn wait_runs(api: &ApiClient, job: i64, n: usize, statuses: &[&str]) -> Vec<Value> {
     wait_for(
         WAIT,
         &format!("{n} runs of job {job} in {statuses:?}"),
         || async move {
-            let r = runs_of(api, job).await;
+            let r = all_runs(api, job).await;
             let done = r.len() >= n
                 && r.iter()
                     .all(|x| statuses.contains(&x["status"].as_str().unwrap_or_default()));
@@ -67,10 +61,6 @@ async fn given_up_alarm(api: &ApiClient, id: i64) -> Value {
     )
     .await
     .unwrap()
-}
-
-fn time(v: &Value) -> DateTime<Utc> {
-    json_time(v).unwrap()
 }
 
 fn ms(d: chrono::Duration) -> i64 {
@@ -184,9 +174,9 @@ async fn children_fire_once_on_success_and_not_on_failure() {
     let bad = api.trigger_now(failing).await.unwrap();
     api.wait_run_status(bad, "failed", WAIT).await.unwrap();
     // Children are fired in the transaction that records the parent's end: none for a failure.
-    assert!(runs_of(api, c3).await.is_empty());
+    assert!(all_runs(api, c3).await.is_empty());
     for c in [c1, c2] {
-        assert_eq!(runs_of(api, c).await.len(), 1, "child {c} fired once");
+        assert_eq!(all_runs(api, c).await.len(), 1, "child {c} fired once");
     }
     let (_, parent_run) = api.get_json(&format!("/api/triggers/{run}")).await.unwrap();
     let follow: Vec<(i64, &str)> = parent_run["follow_ups"]
@@ -341,7 +331,7 @@ async fn a_broadcast_parent_fires_its_child_once_and_a_failed_shard_retries_alon
     );
     // The child fired after the last shard succeeded, and only once.
     assert!(time(&child_runs[0]["fire_time"]) >= time(&retry["finished_at"]));
-    assert_eq!(runs_of(api, child).await.len(), 1);
+    assert_eq!(all_runs(api, child).await.len(), 1);
 }
 
 #[tokio::test]
@@ -386,7 +376,7 @@ async fn a_run_on_a_killed_worker_is_lost_then_retried() {
     );
     // Its retry is published and waits, visibly, for a worker.
     let retry = wait_for(WAIT, "the retry to wait for a worker", || async move {
-        let runs = runs_of(api, job).await;
+        let runs = all_runs(api, job).await;
         Ok(runs.into_iter().find(|r| {
             r["kind"] == "retry" && r["status"] == "published" && r["waiting"].is_string()
         }))
@@ -412,7 +402,7 @@ async fn a_run_on_a_killed_worker_is_lost_then_retried() {
         original["status"], "lost",
         "a lost run stays lost: {original}"
     );
-    assert_eq!(runs_of(api, job).await.len(), 2);
+    assert_eq!(all_runs(api, job).await.len(), 2);
 }
 
 #[tokio::test]
@@ -517,7 +507,7 @@ async fn failed_runs_raise_one_webhook_alarm_each_and_a_hanging_receiver_stalls_
         "{alarm}"
     );
     assert_eq!(hanging.received().len(), 2, "one request per attempt");
-    let ticks = runs_of(api, ticker).await;
+    let ticks = all_runs(api, ticker).await;
     let published: Vec<&Value> = ticks
         .iter()
         .filter(|r| r["published_at"].is_string())
@@ -572,7 +562,7 @@ async fn an_api_trigger_can_be_delayed_and_bad_requests_are_refused() {
     );
     assert_eq!(run["params"], "default");
 
-    let before = runs_of(api, job).await.len();
+    let before = all_runs(api, job).await.len();
     for (body, field) in [
         (json!({"delay_ms": -1}), "delay_ms"),
         (json!({"at": "2020-01-01T00:00:00Z"}), "at"),
@@ -591,7 +581,7 @@ async fn an_api_trigger_can_be_delayed_and_bad_requests_are_refused() {
         .unwrap();
     assert!(status.is_client_error(), "{answer}");
     assert_eq!(
-        runs_of(api, job).await.len(),
+        all_runs(api, job).await.len(),
         before,
         "nothing was triggered"
     );
@@ -621,7 +611,7 @@ async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothin
             Duration::from_secs(40),
             "runs past the window",
             || async move {
-                let runs = runs_of(api, job).await;
+                let runs = all_runs(api, job).await;
                 Ok(runs
                     .iter()
                     .any(|r| r["status"] == "succeeded" && time(&r["fire_time"]) > to)
@@ -640,7 +630,7 @@ async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothin
     }
     let mut expected: Vec<i64> = Vec::new();
     for job in [fast, slow] {
-        for r in runs_of(api, job).await {
+        for r in all_runs(api, job).await {
             let t = time(&r["fire_time"]);
             if t >= from && t < to && r["offset"].is_i64() {
                 expected.push(r["id"].as_i64().unwrap());
@@ -657,7 +647,7 @@ async fn replay_of_a_window_reruns_exactly_its_runs_and_a_dry_run_changes_nothin
     let replays = || async move {
         let mut n = 0;
         for job in [fast, slow] {
-            n += runs_of(api, job)
+            n += all_runs(api, job)
                 .await
                 .iter()
                 .filter(|r| r["kind"] == "replay")
@@ -817,7 +807,7 @@ async fn retention_drops_old_partitions_whole_and_keeps_recent_runs() {
         .await
         .unwrap();
     let first = wait_for(WAIT, "a first run", || async move {
-        Ok(runs_of(api, job)
+        Ok(all_runs(api, job)
             .await
             .first()
             .and_then(|r| r["id"].as_i64()))
@@ -835,7 +825,7 @@ async fn retention_drops_old_partitions_whole_and_keeps_recent_runs() {
     .await
     .unwrap();
     // What is kept is whole: the job's fire times since the oldest kept run, without a gap.
-    let kept = runs_of(api, job).await;
+    let kept = all_runs(api, job).await;
     assert!(kept.len() >= 10, "recent runs are kept: {}", kept.len());
     let mut times: Vec<DateTime<Utc>> = kept.iter().map(|r| time(&r["fire_time"])).collect();
     times.sort();
@@ -893,7 +883,7 @@ async fn only_a_fix_delay_jobs_own_runs_and_their_retries_schedule_its_next_fire
         WAIT,
         "a second own run after a retried one",
         || async move {
-            let r = runs_of(api, own).await;
+            let r = all_runs(api, own).await;
             Ok((r.iter().filter(|x| x["kind"] == "fix_delay").count() >= 2).then_some(r))
         },
     )
@@ -1104,7 +1094,7 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
     let (status, _) = cancel(999_999_999).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     // Not retried (the job has retries left), counted in the report.
-    let runs = runs_of(api, job).await;
+    let runs = all_runs(api, job).await;
     assert_eq!(runs.len(), 3, "no retry of a cancelled run: {runs:#?}");
     assert_eq!(api.reported_runs(job, "cancelled").await.unwrap(), 3);
     let (_, audit) = api.get_json("/api/audit").await.unwrap();

@@ -18,7 +18,7 @@
 
 use serde_json::Value;
 
-use super::rows::{Cell, Row};
+use cadenza_schemas::xxl_export::{Cell, Row};
 
 /// Which table a file (or an unnamed array of rows) holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,11 +1,61 @@
-//! One exported database row: column name → value. Values are what SQL exports hold: text, a
-//! number or null.
+//! Rows of an XXL-JOB database export, as `cadenza import xxl-job` sends them to
+//! `POST /api/import/xxl-job`: column name → value, where values are what SQL exports hold (text,
+//! a number or null). Also which columns the import reads, so the CLI sends only those.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The source name when none is given: one XXL-JOB installation.
+pub const DEFAULT_SOURCE: &str = "xxl-job";
+/// The job type GLUE_SHELL jobs get when none is given: the worker's `shell` built-in.
+pub const DEFAULT_SHELL_JOB_TYPE: &str = "shell";
+/// Longest source name.
+pub const MAX_SOURCE_LEN: usize = 100;
+
+/// The columns of `xxl_job_info` the import reads; the others are ignored.
+pub const JOB_COLUMNS: &[&str] = &[
+    "id",
+    "job_group",
+    "job_desc",
+    "alarm_email",
+    "schedule_type",
+    "schedule_conf",
+    "job_cron",
+    "misfire_strategy",
+    "executor_route_strategy",
+    "executor_handler",
+    "executor_param",
+    "executor_block_strategy",
+    "executor_timeout",
+    "executor_fail_retry_count",
+    "glue_type",
+    "glue_source",
+    "child_jobid",
+    "trigger_status",
+];
+/// The columns of `xxl_job_group` the import reads.
+pub const GROUP_COLUMNS: &[&str] = &["id", "app_name"];
+
+/// The columns of a row the import reads (the CLI sends only these). A GLUE source is kept for
+/// GLUE_SHELL rows only: other GLUE sources are not carried over.
+pub fn columns_read(row: &Row, group: bool) -> Row {
+    let wanted = if group { GROUP_COLUMNS } else { JOB_COLUMNS };
+    let shell = row
+        .iter()
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("glue_type"))
+        .and_then(|(_, v)| v.text())
+        .is_some_and(|g| g.trim().eq_ignore_ascii_case("GLUE_SHELL"));
+    row.iter()
+        .filter(|(k, _)| {
+            let k = k.trim().to_ascii_lowercase();
+            wanted.contains(&k.as_str()) && (group || shell || k != "glue_source")
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
 
 /// One value of an exported row.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,13 +9,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
-mod worker_support;
-
 use std::time::Duration;
 
+use cadenza_integration::scenario::{
+    audit, create_job, quiesce, sleep_job, stop_all_and_read_results,
+};
 use cadenza_integration::{wait_for, Cluster, WorkerHandle};
 use serde_json::json;
-use worker_support::{audit, create_job, quiesce, sleep_job, stop_all_and_read_results};
 
 const WAIT: Duration = Duration::from_secs(60);
 const HOOK: &str = "CADENZA_TEST_STOP_BEFORE_POINTER";

@@ -5,15 +5,12 @@
 
 use std::time::Duration;
 
-use cadenza_integration::{json_time, read_topic_to_end, wait_for, ApiClient, Cluster, StatusCode};
+use cadenza_integration::scenario::{create_job, time};
+use cadenza_integration::{read_topic_to_end, wait_for, ApiClient, Cluster, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-async fn create_job(api: &ApiClient, body: Value) -> i64 {
-    api.create_job(&body).await.unwrap()
-}
 
 async fn runs(api: &ApiClient, query: &str) -> Vec<Value> {
     api.runs(query).await.unwrap()
@@ -33,10 +30,6 @@ async fn wait_runs(api: &ApiClient, job: i64, status: &str, n: usize) -> Vec<Val
     )
     .await
     .unwrap()
-}
-
-fn time(v: &Value) -> DateTime<Utc> {
-    json_time(v).unwrap()
 }
 
 #[tokio::test]

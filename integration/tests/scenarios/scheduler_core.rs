@@ -10,8 +10,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use cadenza_integration::scenario::{all_runs, time};
 use cadenza_integration::{
-    json_time, read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
+    read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
 };
 use chrono::{DateTime, Utc};
 use rand::Rng;
@@ -194,10 +195,6 @@ async fn shards_are_shared_and_taken_over_after_a_crash() {
         "graceful handover took {took:?}"
     );
     b.wait_exit(Duration::from_secs(30)).await.unwrap();
-}
-
-fn time(v: &Value) -> DateTime<Utc> {
-    json_time(v).unwrap()
 }
 
 struct JobPlan {
@@ -759,12 +756,9 @@ async fn a_new_holder_reads_back_what_the_dead_one_sent() {
     );
 }
 
+/// Every run of `job`, by fire time.
 async fn runs_of(api: &ApiClient, job: i64) -> Vec<Value> {
-    let (_, body) = api
-        .get_json(&format!("/api/triggers?job_id={job}&limit=1000"))
-        .await
-        .unwrap();
-    let mut runs = body["triggers"].as_array().cloned().unwrap_or_default();
+    let mut runs = all_runs(api, job).await;
     runs.sort_by_key(|r| time(&r["fire_time"]));
     runs
 }

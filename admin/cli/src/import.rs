@@ -1,6 +1,6 @@
 //! `cadenza import xxl-job FILE`: reads an export of XXL-JOB's `xxl_job_info` (and
 //! `xxl_job_group`) and sends its rows to `POST /api/import/xxl-job`, which maps and creates the
-//! jobs. The files are read here ([`crate::import::files`]); rows that cannot be read are named
+//! jobs. The files are read here ([`crate::files`]); rows that cannot be read are named
 //! with their line and refuse the import (the rest is shown by a dry run).
 
 use std::path::{Path, PathBuf};
@@ -12,8 +12,8 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::{line, note, schedule_text, CliError, Client, Output};
-use crate::import::files::{self, Located};
-use crate::import::xxl;
+use crate::files::{self, Located};
+use cadenza_schemas::xxl_export as xxl;
 
 #[derive(Debug, Subcommand)]
 pub enum ImportCmd {

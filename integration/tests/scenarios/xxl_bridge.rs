@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use axum::Json;
+use cadenza_integration::scenario::text;
 use cadenza_integration::{
     cadenza_home, free_port, wait_for, wait_for_port, ApiClient, Cluster, ProcessHandle,
 };
@@ -97,10 +98,6 @@ async fn run_job(api: &ApiClient, body: Value) -> (i64, i64) {
     let job = api.create_job(&body).await.unwrap();
     let run = api.trigger_now(job).await.unwrap();
     (job, run)
-}
-
-fn text(v: &Value) -> &str {
-    v.as_str().unwrap_or_default()
 }
 
 /// `cadenza_worker_xxl_callbacks_total{group, outcome}` from the worker's metrics.

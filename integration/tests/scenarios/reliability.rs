@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use cadenza_integration::scenario::all_runs;
 use cadenza_integration::{ApiClient, Cluster, StatusCode};
 use serde_json::{json, Value};
 
@@ -13,13 +14,9 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Far beyond any duration a job accepts (366 days); `now ± this` overflows a timestamp.
 const ABSURD_MS: i64 = 9_000_000_000_000_000_000;
 
-async fn runs_of(api: &ApiClient, job: i64) -> Vec<Value> {
-    api.runs(&format!("job_id={job}&limit=1000")).await.unwrap()
-}
-
 /// Runs of `job` that ended `succeeded`.
 async fn succeeded(api: &ApiClient, job: i64) -> usize {
-    runs_of(api, job)
+    all_runs(api, job)
         .await
         .iter()
         .filter(|r| r["status"] == "succeeded")

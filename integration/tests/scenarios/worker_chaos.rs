@@ -7,14 +7,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
-mod worker_support;
-
 use std::time::{Duration, Instant};
 
+use cadenza_integration::scenario::{
+    audit, create_job, disable, quiesce, sleep_job, stop_all_and_read_results,
+};
 use cadenza_integration::{ApiClient, Cluster, StatusCode, WorkerHandle};
 use rand::Rng;
 use serde_json::json;
-use worker_support::{audit, create_job, disable, quiesce, sleep_job, stop_all_and_read_results};
 
 const WORKER_ENV: &[(&str, &str)] = &[
     ("CADENZA_SESSION_TIMEOUT_MS", "6000"),

@@ -1,9 +1,11 @@
-//! `cadenza`: the command line over the admin's HTTP API. Tables by default, `--json` for
+//! `cadenza`: the command line over the admin's HTTP API. It speaks HTTP only (it links neither
+//! a Kafka client nor a database driver), so it runs anywhere the API is reachable. Tables by default, `--json` for
 //! scripts. The admin's URL and token come from flags, the environment (`CADENZA_URL`,
 //! `CADENZA_API_TOKEN`) or the config file (`~/.config/cadenza/config.toml`: `url`, `token`),
 //! in that order.
 
 mod client;
+mod files;
 mod import;
 mod replay;
 
@@ -32,7 +34,7 @@ pub struct Cli {
     url: Option<String>,
     /// API token (CADENZA_API_TOKEN of the admin).
     #[arg(long, env = "CADENZA_API_TOKEN", hide_env_values = true, global = true,
-          value_parser = crate::config::secret)]
+          value_parser = secret)]
     token: Option<SecretString>,
     /// Config file with `url` and `token` (default ~/.config/cadenza/config.toml).
     #[arg(long, env = "CADENZA_CONFIG", global = true)]
@@ -230,6 +232,11 @@ pub async fn main() -> i32 {
             }
         }
     }
+}
+
+/// Parses the API token (kept out of `Debug` output).
+fn secret(s: &str) -> Result<SecretString, std::convert::Infallible> {
+    Ok(SecretString::from(s))
 }
 
 /// A line on stderr. A closed stderr is ignored: what is said there is never the result.

@@ -1,14 +1,24 @@
-//! Helpers shared by the worker scenario tests: jobs, runs, and the results topic read back.
+//! Shorthands the scenario tests share: jobs, runs, and the results topic read back.
+//!
+//! Each one panics, naming what went wrong, when the admin or the broker answers otherwise: in
+//! a test that is the test's failure, and it keeps the scenarios about what they check.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use cadenza_integration::{read_topic_to_end, wait_for, ApiClient, Cluster, StatusCode};
 use chrono::{DateTime, Utc};
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+use crate::api::ApiClient;
+use crate::cluster::Cluster;
+use crate::kafka::read_topic_to_end;
+use crate::runs::json_time;
+use crate::wait::wait_for;
+
+/// The statuses a run ends in.
 pub const TERMINAL: &[&str] = &[
     "succeeded",
     "failed",
@@ -19,14 +29,13 @@ pub const TERMINAL: &[&str] = &[
     "misfired",
 ];
 
+/// Creates a job (`POST /api/jobs`, which must answer 201); its id.
 pub async fn create_job(api: &ApiClient, body: Value) -> i64 {
-    let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    job["id"].as_i64().unwrap()
+    api.create_job(&body).await.unwrap()
 }
 
-/// Every run of `job`, oldest first.
-pub async fn runs(api: &ApiClient, job: i64) -> Vec<Value> {
+/// Every run of `job` (all pages of `GET /api/triggers`), oldest first.
+pub async fn all_runs(api: &ApiClient, job: i64) -> Vec<Value> {
     let mut out = Vec::new();
     let mut before = String::new();
     loop {
@@ -50,12 +59,17 @@ pub async fn runs(api: &ApiClient, job: i64) -> Vec<Value> {
     out
 }
 
-pub fn time(v: &Value) -> Option<DateTime<Utc>> {
-    v.as_str()
-        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
-        .map(|t| t.with_timezone(&Utc))
+/// An RFC 3339 time of a run, such as its `fire_time`.
+pub fn time(v: &Value) -> DateTime<Utc> {
+    json_time(v).unwrap()
 }
 
+/// A JSON string's text; empty for anything else.
+pub fn text(v: &Value) -> &str {
+    v.as_str().unwrap_or_default()
+}
+
+/// Whether a run has ended.
 pub fn is_terminal(r: &Value) -> bool {
     TERMINAL.contains(&r["status"].as_str().unwrap_or(""))
 }
@@ -68,7 +82,7 @@ pub async fn quiesce(api: &ApiClient, jobs: &[i64], timeout: Duration) -> Vec<Va
         || async move {
             let mut all = Vec::new();
             for j in jobs {
-                all.extend(runs(api, *j).await);
+                all.extend(all_runs(api, *j).await);
             }
             let open: Vec<&Value> = all.iter().filter(|r| !is_terminal(r)).collect();
             if !open.is_empty() {
@@ -138,11 +152,15 @@ pub async fn stop_all_and_read_results(cluster: &Cluster) -> BTreeMap<i64, RunEv
 /// Counts and violations of G3/G4 over the runs of a scenario.
 #[derive(Debug, Default)]
 pub struct Audit {
+    /// Runs with an offset on a trigger topic.
     pub published: usize,
+    /// Published runs with a `finished` event.
     pub finished: usize,
+    /// Runs started more than once (a higher attempt after a worker was lost).
     pub re_executed: usize,
     /// Runs executed again after their `finished` event was published (G3 violations).
     pub duplicates: usize,
+    /// Every violation found, one line each.
     pub problems: Vec<String>,
 }
 

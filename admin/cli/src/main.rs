@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() {
-    std::process::exit(cadenza_admin::cli::main().await);
+    std::process::exit(cadenza_cli::main().await);
 }
