@@ -603,10 +603,11 @@ impl Worker {
         };
         let stop_intake = CancellationToken::new();
         let intake_failed = CancellationToken::new();
+        let intake_stopped = CancellationToken::new();
         let release_consumer = CancellationToken::new();
         let consumer_task = tokio::spawn({
             let (stop_intake, release_consumer) = (stop_intake.clone(), release_consumer.clone());
-            let failed = intake_failed.clone();
+            let (failed, stopped) = (intake_failed.clone(), intake_stopped.clone());
             async move {
                 // The intake never panics on input; should a bug make it panic, the worker must
                 // not live on without taking triggers while its heartbeats say it is alive.
@@ -615,6 +616,7 @@ impl Worker {
                     tracing::error!("the intake panicked: stopping the worker");
                     failed.cancel();
                 }
+                stopped.cancel();
                 // The consumer keeps serving its callbacks (taking no message) so that a
                 // rebalance meanwhile does not wait for this member.
                 intake.idle(&release_consumer).await;
@@ -625,6 +627,7 @@ impl Worker {
             worker_id: cfg.worker_id,
             drain_timeout: cfg.drain_timeout,
             stop_intake,
+            intake_stopped,
             intake_failed,
             env,
             release_consumer,
@@ -656,6 +659,9 @@ pub struct Running {
     /// Step 1: cancelled first; the intake takes no more messages. The consumer task then pauses
     /// its partitions and goes on serving the consumer's callbacks (rebalances) until step 4.
     stop_intake: CancellationToken,
+    /// Cancelled by the consumer task once the intake has returned: step 1 waits for it, so
+    /// that no message is handled once step 2 has begun.
+    intake_stopped: CancellationToken,
     /// Cancelled by the consumer task if the intake panicked (see [`Running::failed`]).
     intake_failed: CancellationToken,
     /// What the runs share. Its `hand_back` token is cancelled in step 2 (runs that have not
@@ -709,8 +715,8 @@ impl Running {
 
     /// Stop gracefully, in this order:
     ///
-    /// 1. stop taking triggers: the intake takes no more messages; the consumer pauses and keeps
-    ///    serving rebalances;
+    /// 1. stop taking triggers: the intake takes no more messages (this waits until it has
+    ///    handled the one in hand); the consumer pauses and keeps serving rebalances;
     /// 2. hand back the runs that have not started (waiting in lanes or for capacity): they
     ///    publish nothing and their offsets stay uncommitted, for the partitions' next owners;
     /// 3. drain: let running runs finish and report, for up to the drain timeout; then abandon
@@ -729,6 +735,7 @@ impl Running {
             worker_id,
             drain_timeout,
             stop_intake,
+            intake_stopped,
             intake_failed,
             env,
             release_consumer,
@@ -744,8 +751,9 @@ impl Running {
             metrics_task,
         } = self;
 
-        // 1. Stop taking triggers.
+        // 1. Stop taking triggers, and wait until the intake has handled its last message.
         stop_intake.cancel();
+        intake_stopped.cancelled().await;
         tracing::info!(
             in_flight = env.in_flight.count(),
             drain_timeout_ms = drain_timeout.as_millis() as u64,
