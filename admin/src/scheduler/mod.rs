@@ -129,8 +129,13 @@ pub struct SchedulerContext {
 }
 
 /// Starts the scheduler's loops on `tracker`; they stop when `shutdown` is cancelled, after
-/// which held shards are released.
-pub fn spawn(ctx: Arc<SchedulerContext>, tracker: &TaskTracker, shutdown: CancellationToken) {
+/// which held shards are released. The returned task ends once they are: what must outlive the
+/// scheduler (result ingest) waits for it.
+pub fn spawn(
+    ctx: Arc<SchedulerContext>,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     // Publishing stops before leases are released: `stop_publishing` is cancelled first.
     let stop_publishing = CancellationToken::new();
     let publisher = publish::Publisher::new(ctx.clone());
@@ -152,5 +157,5 @@ pub fn spawn(ctx: Arc<SchedulerContext>, tracker: &TaskTracker, shutdown: Cancel
             tracing::error!(error = %e, "publisher task failed");
         }
         lease_mgr.release_all().await;
-    });
+    })
 }
