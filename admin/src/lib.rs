@@ -25,6 +25,7 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod guard;
+pub mod ids;
 pub mod import;
 pub mod ingest;
 pub mod jobs;
@@ -37,6 +38,7 @@ pub mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
+pub mod trigger;
 pub mod users;
 
 use std::sync::Arc;
@@ -131,7 +133,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     config
         .check_api_exposure()
         .map_err(|m| anyhow::anyhow!("refusing to start: {m}"))?;
-    let admin_id = config.admin_id();
+    let admin_id = ids::AdminId::new(config.admin_id());
     // As long as the lease margin: a paused admin's open transaction cannot hold its shards'
     // rows past the time its lease has run out.
     let pool = db::pool(
@@ -210,7 +212,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         pool.clone(),
         kafka.clone(),
         registry.clone(),
-        admin_id.clone(),
+        admin_id.to_string(),
         stop_ingest.clone(),
     ));
     let alarms = Arc::new(alarm::AlarmSender::new(
@@ -225,7 +227,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         pool.clone(),
         kafka.clone(),
         registry.clone(),
-        admin_id.clone(),
+        admin_id.to_string(),
         stop_ingest.clone(),
     ));
 
