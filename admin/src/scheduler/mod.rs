@@ -8,10 +8,11 @@
 //! * [`recover`] loads the pending triggers of newly acquired shards.
 //! * [`lost`] records runs of dead workers that outlived their timeout as `lost`.
 //!
-//! Every write that depends on a lease checks the lease's holder and epoch in its transaction
-//! ([`lease::confirm`], used by the scan and the publisher's ledger), so an admin that lost a
-//! shard cannot change its rows; a shard's lease as this admin holds it is a [`lease::Term`].
-//! The runs waiting in the timer are [`crate::trigger::PendingTrigger`]s.
+//! A shard's lease as this admin holds it is a [`lease::Term`]. The scan's batches and the
+//! publisher's ledger check the lease's holder and epoch in their transaction
+//! ([`lease::confirm`]), so an admin that lost a shard cannot schedule or claim its runs;
+//! read-back resolutions are compare-and-set on the mark they saw. The runs waiting in the timer
+//! are [`crate::trigger::PendingTrigger`]s.
 
 pub mod clock;
 pub mod error;

@@ -258,30 +258,12 @@ impl Publisher {
             let payload = serde_json::to_vec(&message(t, route, now))?;
             let key = t.job_id.0.to_string();
             let topic = topics.trigger(&t.job_type);
-            // The run's trace starts here: its id travels in the header to the worker and back.
-            let span = if telemetry::exporting() {
-                tracing::info_span!(parent: None, "publish", otel.kind = "producer",
-                    job_id = t.job_id.0, trigger_id = t.id.0, job_type = t.job_type.as_str(),
-                    attempt = t.attempt, partition = route.partition,
-                    offset = tracing::field::Empty, otel.status_code = tracing::field::Empty)
-            } else {
-                tracing::Span::none()
-            };
-            let tp = telemetry::traceparent(&span).unwrap_or_else(traceparent);
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: HEADER_RECORD,
-                    value: Some("trigger"),
-                })
-                .insert(Header {
-                    key: HEADER_TRACEPARENT,
-                    value: Some(&tp),
-                });
+            let span = publish_span(t, route);
             let record = FutureRecord::to(&topic)
                 .partition(route.partition)
                 .key(&key)
                 .payload(&payload)
-                .headers(headers);
+                .headers(headers(&span));
             match producer.send_result(record) {
                 Ok(delivery) => sends.push(Sent {
                     id: t.id.0,
@@ -306,6 +288,34 @@ impl Publisher {
             outcome,
         })
     }
+}
+
+/// The `publish` span of a run, where its trace starts (`Span::none()` unless spans are
+/// exported); it stays open until the broker answers.
+fn publish_span(t: &PendingTrigger, route: &Route) -> tracing::Span {
+    if telemetry::exporting() {
+        tracing::info_span!(parent: None, "publish", otel.kind = "producer",
+            job_id = t.job_id.0, trigger_id = t.id.0, job_type = t.job_type.as_str(),
+            attempt = t.attempt, partition = route.partition,
+            offset = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+    } else {
+        tracing::Span::none()
+    }
+}
+
+/// The headers of a trigger record: its kind, and the run's trace id (from `span`, or a new
+/// one), which travels to the worker and back.
+fn headers(span: &tracing::Span) -> OwnedHeaders {
+    let tp = telemetry::traceparent(span).unwrap_or_else(traceparent);
+    OwnedHeaders::new()
+        .insert(Header {
+            key: HEADER_RECORD,
+            value: Some("trigger"),
+        })
+        .insert(Header {
+            key: HEADER_TRACEPARENT,
+            value: Some(&tp),
+        })
 }
 
 /// The trigger record of a routed run, published at `now`.

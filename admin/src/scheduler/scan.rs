@@ -1,6 +1,6 @@
 //! The scan: claim due jobs of held shards and write their fire times down as `scheduled`
 //! triggers, one transaction per batch ([`Scanner::run_once`]). What a batch of due jobs becomes
-//! is decided without I/O: [`plan_fires`] applies the misfire rules to one job, [`expand`] turns
+//! is decided without I/O: [`plan_fires`] applies the misfire rules to one job, `expand` turns
 //! the plans into rows.
 
 use std::sync::Arc;
@@ -287,7 +287,7 @@ impl Scanner {
     ///
     /// 1. confirm the leases of the held shards ([`lease::confirm`], `FOR SHARE`);
     /// 2. claim up to `scan_batch` due jobs of the confirmed shards (`FOR UPDATE SKIP LOCKED`);
-    /// 3. expand them into trigger rows and job advances ([`expand`], no I/O);
+    /// 3. expand them into trigger rows and job advances (`expand`, no I/O);
     /// 4. write them: insert the triggers, advance the jobs, follow up the misfired runs, commit;
     /// 5. hand the `scheduled` triggers to the timer.
     pub async fn run_once(&self) -> Result<ScanOutcome, SchedulerError> {
