@@ -24,6 +24,7 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod guard;
+pub mod ids;
 pub mod import;
 pub mod ingest;
 pub mod jobs;
@@ -36,6 +37,7 @@ pub mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
+pub mod trigger;
 pub mod users;
 
 use std::sync::Arc;
@@ -109,7 +111,18 @@ pub async fn run_command(
 }
 
 /// Runs an admin until `shutdown` is cancelled: migrates, starts the scheduler, the ingest loops
-/// and the HTTP API, then stops them in order (API, scheduler with lease release, ingest).
+/// and the HTTP API. On `shutdown` it stops in this order:
+///
+/// 1. The HTTP API stops accepting connections and finishes the requests in flight; at the same
+///    time the scheduler's loops stop (scan, sweeps, lease rounds), and the publisher stops after
+///    the batch in flight has been recorded.
+/// 2. Once publishing has stopped, the scheduler releases its shards (their leases end at once
+///    instead of after the TTL) and leaves the `admins` table.
+/// 3. Only then does ingest (results and heartbeats) stop, on its own token: results of runs
+///    published until the end are still recorded, and the worker registry the publisher routes
+///    by stays fed while it publishes.
+/// 4. The remaining background tasks (alarms, retention) stop with `shutdown`; all tasks get
+///    20 s to end, then the pool is closed.
 pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
     config
         .scheduler
@@ -119,7 +132,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     config
         .check_api_exposure()
         .map_err(|m| anyhow::anyhow!("refusing to start: {m}"))?;
-    let admin_id = config.admin_id();
+    let admin_id = ids::AdminId::new(config.admin_id());
     // As long as the lease margin: a paused admin's open transaction cannot hold its shards'
     // rows past the time its lease has run out.
     let pool = db::pool(
@@ -182,13 +195,24 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         registry: registry.clone(),
         read_back: tokio::sync::Mutex::new(()),
     });
-    scheduler::spawn(ctx, &tracker, shutdown.clone());
+    let released = scheduler::spawn(ctx, &tracker, shutdown.clone());
+    // Steps 2 → 3: ingest stops only once the scheduler has released its shards.
+    let stop_ingest = CancellationToken::new();
+    {
+        let stop_ingest = stop_ingest.clone();
+        tracker.spawn(async move {
+            if let Err(e) = released.await {
+                tracing::error!(error = %e, "scheduler shutdown task failed");
+            }
+            stop_ingest.cancel();
+        });
+    }
     tracker.spawn(ingest::results::run(
         pool.clone(),
         kafka.clone(),
         registry.clone(),
-        admin_id.clone(),
-        shutdown.clone(),
+        admin_id.to_string(),
+        stop_ingest.clone(),
     ));
     let alarms = Arc::new(alarm::AlarmSender::new(
         pool.clone(),
@@ -202,8 +226,8 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         pool.clone(),
         kafka.clone(),
         registry.clone(),
-        admin_id.clone(),
-        shutdown.clone(),
+        admin_id.to_string(),
+        stop_ingest.clone(),
     ));
 
     let state = Arc::new(api::AppState {
@@ -214,6 +238,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         registry,
     });
     let app = api::router(state);
+    // Step 1 (the scheduler's loops stop on the same token).
     let api_shutdown = shutdown.clone();
     axum::serve(
         listener,
@@ -222,12 +247,14 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
     .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
     .await?;
 
+    // Steps 2–4 run on their own; wait for them.
     tracker.close();
     if tokio::time::timeout(Duration::from_secs(20), tracker.wait())
         .await
         .is_err()
     {
         tracing::warn!("background tasks did not stop within 20 s");
+        stop_ingest.cancel();
     }
     pool.close().await;
     tracing::info!("admin stopped");

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use cadenza_schemas::{JobId, RouteStrategy};
 use chrono::{DateTime, Utc};
 
-use crate::scheduler::PendingTrigger;
+use crate::trigger::PendingTrigger;
 use history::JobHistory;
 use registry::{Candidate, Registry};
 
@@ -185,7 +185,7 @@ pub(crate) mod tests {
             id: TriggerId(1),
             job_id: JobId(job),
             job_type: JobType::parse("x").unwrap(),
-            shard: 0,
+            shard: crate::ids::ShardId(0),
             kind: TriggerKind::Cron,
             fire_time: chrono::Utc::now(),
             params: String::new(),

@@ -10,15 +10,64 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
 use tokio_util::sync::CancellationToken;
 
-use super::SchedulerContext;
+use super::{SchedulerContext, SchedulerError};
+use crate::ids::{AdminId, LeaseEpoch, ShardId};
 
 #[derive(Debug, Default)]
 struct View {
-    /// shard → epoch
-    held: BTreeMap<u32, i64>,
+    held: BTreeMap<ShardId, LeaseEpoch>,
+    /// Until when this admin may act on the leases it holds (its own monotonic clock).
     valid_until: Option<Instant>,
+}
+
+/// A shard's lease as this admin holds it: the shard, the epoch it holds it at, and the instant
+/// (this admin's monotonic clock: renewal sent + TTL − margin) until which it trusts itself to
+/// hold it. Writes under the lease name the epoch; sends stop at `trusted_until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Term {
+    pub shard: ShardId,
+    pub epoch: LeaseEpoch,
+    pub trusted_until: Instant,
+}
+
+impl Term {
+    /// Whether this admin may still act on the lease by its own clock.
+    pub fn is_trusted(&self) -> bool {
+        Instant::now() < self.trusted_until
+    }
+}
+
+/// The lease check of every write that depends on leases: which of `terms` the database still
+/// gives to `admin` at their epochs, unexpired by its clock (one term per shard, by shard). Runs inside the caller's
+/// transaction and locks the lease rows `FOR SHARE`, so no takeover of a confirmed shard commits
+/// before that transaction ends.
+pub async fn confirm(
+    conn: &mut PgConnection,
+    admin: &AdminId,
+    terms: &[Term],
+) -> Result<Vec<Term>, sqlx::Error> {
+    let mut asked: Vec<(ShardId, LeaseEpoch)> = terms.iter().map(|t| (t.shard, t.epoch)).collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let (shards, epochs): (Vec<i32>, Vec<LeaseEpoch>) =
+        asked.into_iter().map(|(s, e)| (s.to_db(), e)).unzip();
+    let valid: BTreeSet<i32> = sqlx::query_scalar::<_, i32>(sql!("lease/check"))
+        .bind(admin)
+        .bind(&shards)
+        .bind(&epochs)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .collect();
+    let confirmed: BTreeMap<ShardId, Term> = terms
+        .iter()
+        .filter(|t| valid.contains(&t.shard.to_db()))
+        .map(|t| (t.shard, *t))
+        .collect();
+    Ok(confirmed.into_values().collect())
 }
 
 /// The shards this admin holds, shared by the scheduler's services.
@@ -47,25 +96,48 @@ impl Leases {
         self.read(|v| v.valid_until.is_some_and(|t| Instant::now() < t))
     }
 
-    /// The instant until which held leases may be acted on.
-    pub fn valid_until(&self) -> Option<Instant> {
+    /// The instant until which held leases may be acted on (the `trusted_until` of every
+    /// [`Term`]), read now: a renewal since a term was taken moves it on.
+    pub fn trusted_until(&self) -> Option<Instant> {
         self.read(|v| v.valid_until)
     }
 
-    /// `(shard, epoch)` of every shard held and still valid.
-    pub fn held(&self) -> Vec<(u32, i64)> {
-        if !self.is_valid() {
-            return Vec::new();
-        }
-        self.read(|v| v.held.iter().map(|(s, e)| (*s, *e)).collect())
+    /// The terms of every shard held and still valid.
+    pub fn terms(&self) -> Vec<Term> {
+        self.read(|v| match v.valid_until {
+            Some(until) if Instant::now() < until => v
+                .held
+                .iter()
+                .map(|(s, e)| Term {
+                    shard: *s,
+                    epoch: *e,
+                    trusted_until: until,
+                })
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+
+    /// The shards held and still valid.
+    pub fn held_shards(&self) -> Vec<ShardId> {
+        self.terms().into_iter().map(|t| t.shard).collect()
+    }
+
+    /// The term of `shard` if it is held and valid.
+    pub fn term(&self, shard: ShardId) -> Option<Term> {
+        self.read(|v| match (v.valid_until, v.held.get(&shard)) {
+            (Some(until), Some(epoch)) if Instant::now() < until => Some(Term {
+                shard,
+                epoch: *epoch,
+                trusted_until: until,
+            }),
+            _ => None,
+        })
     }
 
     /// The epoch of `shard` if it is held and valid.
-    pub fn epoch(&self, shard: u32) -> Option<i64> {
-        if !self.is_valid() {
-            return None;
-        }
-        self.read(|v| v.held.get(&shard).copied())
+    pub fn epoch(&self, shard: ShardId) -> Option<LeaseEpoch> {
+        self.term(shard).map(|t| t.epoch)
     }
 
     /// Number of shards held (valid or not).
@@ -77,8 +149,8 @@ impl Leases {
 /// A shard taken in a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquired {
-    pub shard: u32,
-    pub epoch: i64,
+    pub shard: ShardId,
+    pub epoch: LeaseEpoch,
     /// How long until the previous lease ended plus the margin: anything the previous holder
     /// sent has landed (or failed) by then.
     pub settle: Duration,
@@ -91,9 +163,9 @@ pub struct LeaseChange {
     pub admins: i64,
     pub acquired: Vec<Acquired>,
     /// Shards no longer held (taken over after this admin's lease expired).
-    pub lost: Vec<u32>,
+    pub lost: Vec<ShardId>,
     /// Shards handed back because this admin held more than its share.
-    pub released: Vec<u32>,
+    pub released: Vec<ShardId>,
 }
 
 /// How many shards each of `admins` admins should hold.
@@ -105,7 +177,7 @@ pub fn fair_share(shard_count: u32, admins: i64) -> usize {
 pub struct LeaseManager {
     ctx: Arc<SchedulerContext>,
     /// Acquired shards whose pending triggers are not loaded yet (retried every round).
-    unrecovered: Mutex<BTreeSet<u32>>,
+    unrecovered: Mutex<BTreeSet<ShardId>>,
 }
 
 impl LeaseManager {
@@ -117,7 +189,7 @@ impl LeaseManager {
     }
 
     /// One round: heartbeat, renew, hand back extra shards, take free ones up to the fair share.
-    pub async fn run_once(&self) -> Result<LeaseChange, sqlx::Error> {
+    pub async fn run_once(&self) -> Result<LeaseChange, SchedulerError> {
         let ctx = &self.ctx;
         let cfg = &ctx.config;
         let ttl_ms = cfg.lease_ttl_ms as f64;
@@ -135,21 +207,23 @@ impl LeaseManager {
             .await?;
         ctx.clock.observe(sent_wall, db_now, Utc::now());
         let share = fair_share(ctx.shard_count, admins);
-        let (shards, epochs): (Vec<i32>, Vec<i64>) = ctx
+        let (shards, epochs): (Vec<ShardId>, Vec<LeaseEpoch>) = ctx
             .leases
-            .read(|v| v.held.iter().map(|(s, e)| (*s as i32, *e)).unzip());
-        let renewed: Vec<(i32, i64)> = sqlx::query_as(sql!("lease/renew"))
+            .read(|v| v.held.iter().map(|(s, e)| (*s, *e)).unzip());
+        let renewed: Vec<(i32, LeaseEpoch)> = sqlx::query_as(sql!("lease/renew"))
             .bind(&ctx.admin_id)
             .bind(ttl_ms)
-            .bind(&shards)
+            .bind(ShardId::to_db_all(&shards))
             .bind(&epochs)
             .fetch_all(&ctx.pool)
             .await?;
-        let mut now_held: BTreeMap<u32, i64> =
-            renewed.into_iter().map(|(s, e)| (s as u32, e)).collect();
-        let lost: Vec<u32> = shards
+        let mut now_held = BTreeMap::new();
+        for (s, e) in renewed {
+            now_held.insert(ShardId::from_db(s)?, e);
+        }
+        let lost: Vec<ShardId> = shards
             .iter()
-            .map(|s| *s as u32)
+            .copied()
             .filter(|s| !now_held.contains_key(s))
             .collect();
         let mut released = Vec::new();
@@ -160,7 +234,7 @@ impl LeaseManager {
         }
         let mut acquired = Vec::new();
         if now_held.len() < share {
-            let rows: Vec<(i32, i64, DateTime<Utc>, DateTime<Utc>)> =
+            let rows: Vec<(i32, LeaseEpoch, DateTime<Utc>, DateTime<Utc>)> =
                 sqlx::query_as(sql!("lease/acquire"))
                     .bind(&ctx.admin_id)
                     .bind(ttl_ms)
@@ -171,9 +245,10 @@ impl LeaseManager {
                 let settle_at = previous_expiry.max(DateTime::<Utc>::MIN_UTC)
                     + chrono::Duration::milliseconds(cfg.lease_margin_ms as i64);
                 let settle = (settle_at - db_now).to_std().unwrap_or(Duration::ZERO);
-                now_held.insert(shard as u32, epoch);
+                let shard = ShardId::from_db(shard)?;
+                now_held.insert(shard, epoch);
                 acquired.push(Acquired {
-                    shard: shard as u32,
+                    shard,
                     epoch,
                     settle,
                 });
@@ -189,15 +264,14 @@ impl LeaseManager {
             v.held = now_held;
             v.valid_until = Some(valid_until);
         });
-        let gone: Vec<u32> = lost.iter().chain(&released).copied().collect();
+        let gone: Vec<ShardId> = lost.iter().chain(&released).copied().collect();
         if !gone.is_empty() {
             ctx.wheel.drop_shards(&gone);
         }
         if !released.is_empty() {
-            let r: Vec<i32> = released.iter().map(|s| *s as i32).collect();
             sqlx::query(sql!("lease/release"))
                 .bind(&ctx.admin_id)
-                .bind(&r)
+                .bind(ShardId::to_db_all(&released))
                 .execute(&ctx.pool)
                 .await?;
         }
@@ -229,7 +303,7 @@ impl LeaseManager {
                         failing = true;
                     }
                     if !self.ctx.leases.is_valid() {
-                        let held: Vec<u32> =
+                        let held: Vec<ShardId> =
                             self.ctx.leases.read(|v| v.held.keys().copied().collect());
                         if !held.is_empty() {
                             tracing::warn!(shards = held.len(), "leases ran out: not scheduling");
@@ -257,7 +331,7 @@ impl LeaseManager {
             tracing::info!(shards = ?change.released, admins = change.admins, "shards handed back to share them evenly");
         }
         if !change.acquired.is_empty() {
-            let shards: Vec<u32> = change.acquired.iter().map(|a| a.shard).collect();
+            let shards: Vec<ShardId> = change.acquired.iter().map(|a| a.shard).collect();
             tracing::info!(
                 ?shards,
                 held = self.ctx.leases.count(),
@@ -270,11 +344,11 @@ impl LeaseManager {
     /// Loads the pending triggers of newly acquired shards (misfire rules first), and resolves
     /// what their previous holder left `publishing` once its sends have settled.
     async fn recover(&self, acquired: Vec<Acquired>, shutdown: &CancellationToken) {
-        let todo: Vec<u32> = {
+        let todo: Vec<ShardId> = {
             let mut set = self.unrecovered.lock().unwrap_or_else(|p| p.into_inner());
             set.extend(acquired.iter().map(|a| a.shard));
             // Only shards still held.
-            let held: BTreeSet<u32> = self.ctx.leases.held().into_iter().map(|(s, _)| s).collect();
+            let held: BTreeSet<ShardId> = self.ctx.leases.held_shards().into_iter().collect();
             set.retain(|s| held.contains(s));
             set.iter().copied().collect()
         };
@@ -295,7 +369,7 @@ impl LeaseManager {
         }
         if let Some(settle) = acquired.iter().map(|a| a.settle).max() {
             let ctx = self.ctx.clone();
-            let shards: Vec<u32> = acquired.iter().map(|a| a.shard).collect();
+            let shards: Vec<ShardId> = acquired.iter().map(|a| a.shard).collect();
             let shutdown = shutdown.clone();
             tokio::spawn(async move {
                 tokio::select! {
@@ -312,10 +386,7 @@ impl LeaseManager {
 
     /// Gives every held shard back and leaves the `admins` table (shutdown).
     pub async fn release_all(&self) {
-        let shards: Vec<i32> = self
-            .ctx
-            .leases
-            .read(|v| v.held.keys().map(|s| *s as i32).collect());
+        let shards: Vec<i32> = self.ctx.leases.read(|v| ShardId::to_db_all(v.held.keys()));
         self.ctx.leases.write(|v| {
             v.held.clear();
             v.valid_until = None;

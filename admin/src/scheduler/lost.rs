@@ -13,7 +13,8 @@ use std::time::Duration;
 use cadenza_schemas::RunStatus;
 use tokio_util::sync::CancellationToken;
 
-use super::SchedulerContext;
+use super::{SchedulerContext, SchedulerError};
+use crate::ids::ShardId;
 
 /// How often the held shards are swept for lost runs.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -28,14 +29,8 @@ impl LostSweeper {
     }
 
     /// One sweep of the held shards; returns the runs recorded `lost`.
-    pub async fn run_once(&self) -> anyhow::Result<Vec<i64>> {
-        let held: Vec<i32> = self
-            .ctx
-            .leases
-            .held()
-            .into_iter()
-            .map(|(s, _)| s as i32)
-            .collect();
+    pub async fn run_once(&self) -> Result<Vec<i64>, SchedulerError> {
+        let held = ShardId::to_db_all(&self.ctx.leases.held_shards());
         if held.is_empty() {
             return Ok(Vec::new());
         }
@@ -63,7 +58,7 @@ impl LostSweeper {
 
     pub async fn run(self, shutdown: CancellationToken) {
         crate::every(SWEEP_INTERVAL, shutdown, "lost-run sweep", || async {
-            self.run_once().await.map(drop)
+            self.run_once().await.map(drop).map_err(anyhow::Error::from)
         })
         .await;
     }

@@ -8,10 +8,14 @@
 //! * [`recover`] loads the pending triggers of newly acquired shards.
 //! * [`lost`] records runs of dead workers that outlived their timeout as `lost`.
 //!
-//! Every write that depends on a lease checks the lease's epoch in the same statement or
-//! transaction, so an admin that lost a shard cannot change its rows.
+//! A shard's lease as this admin holds it is a [`lease::Term`]. The scan's batches and the
+//! publisher's ledger check the lease's holder and epoch in their transaction
+//! ([`lease::confirm`]), so an admin that lost a shard cannot schedule or claim its runs;
+//! read-back resolutions are compare-and-set on the mark they saw. The runs waiting in the timer
+//! are [`crate::trigger::PendingTrigger`]s.
 
 pub mod clock;
+pub mod error;
 pub mod lateness;
 pub mod lease;
 pub mod lost;
@@ -22,96 +26,23 @@ pub mod wheel;
 
 use std::sync::Arc;
 
-use cadenza_schemas::{BlockStrategy, JobId, JobType, RouteStrategy, TriggerId, TriggerKind};
-use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::SchedulerArgs;
+use crate::ids::AdminId;
 use crate::kafka::KafkaClients;
+
+pub use error::SchedulerError;
 
 /// Channel on which the API announces triggers it inserted (payload `<shard>:<trigger id>`).
 pub const NOTIFY_CHANNEL: &str = "cadenza_trigger";
 
-/// A run waiting for its fire time, as the publisher needs it.
-#[derive(Debug, Clone)]
-pub struct PendingTrigger {
-    pub id: TriggerId,
-    pub job_id: JobId,
-    pub job_type: JobType,
-    pub shard: u32,
-    pub kind: TriggerKind,
-    pub fire_time: DateTime<Utc>,
-    pub params: String,
-    pub block: BlockStrategy,
-    pub timeout_ms: u64,
-    pub attempt: u32,
-    pub shard_index: u32,
-    pub shard_total: u32,
-    pub route: RouteStrategy,
-    pub requested_worker: Option<String>,
-}
-
-/// A `triggers` row as selected for the timer.
-#[derive(Debug, sqlx::FromRow)]
-pub struct PendingRow {
-    pub id: i64,
-    pub job_id: i64,
-    pub job_type: String,
-    pub shard: i32,
-    pub kind: String,
-    pub status: String,
-    pub fire_time: DateTime<Utc>,
-    pub params: String,
-    pub block: String,
-    pub timeout_ms: i64,
-    pub attempt: i32,
-    pub shard_index: i32,
-    pub shard_total: i32,
-    pub route: String,
-    pub requested_worker: Option<String>,
-}
-
-impl TryFrom<PendingRow> for PendingTrigger {
-    type Error = anyhow::Error;
-    fn try_from(r: PendingRow) -> anyhow::Result<Self> {
-        Ok(PendingTrigger {
-            id: TriggerId(r.id),
-            job_id: JobId(r.job_id),
-            job_type: JobType::parse(&r.job_type)?,
-            shard: u32::try_from(r.shard)?,
-            kind: r.kind.parse()?,
-            fire_time: r.fire_time,
-            params: r.params,
-            block: r.block.parse()?,
-            timeout_ms: u64::try_from(r.timeout_ms)?,
-            attempt: u32::try_from(r.attempt)?,
-            shard_index: u32::try_from(r.shard_index)?,
-            shard_total: u32::try_from(r.shard_total)?,
-            route: r.route.parse()?,
-            requested_worker: r.requested_worker,
-        })
-    }
-}
-
-/// Converts rows to pending triggers, logging (not failing on) a row that cannot be read.
-pub(crate) fn rows_to_pending(rows: Vec<PendingRow>) -> Vec<PendingTrigger> {
-    rows.into_iter()
-        .filter(|r| r.status == "scheduled")
-        .filter_map(|r| {
-            let id = r.id;
-            PendingTrigger::try_from(r)
-                .map_err(|e| tracing::error!(trigger_id = id, error = %e, "unreadable trigger row skipped"))
-                .ok()
-        })
-        .collect()
-}
-
 /// Everything the scheduler's services share.
 pub struct SchedulerContext {
     pub pool: PgPool,
-    pub admin_id: String,
+    pub admin_id: AdminId,
     pub shard_count: u32,
     pub config: SchedulerArgs,
     pub leases: Arc<lease::Leases>,
@@ -129,8 +60,13 @@ pub struct SchedulerContext {
 }
 
 /// Starts the scheduler's loops on `tracker`; they stop when `shutdown` is cancelled, after
-/// which held shards are released.
-pub fn spawn(ctx: Arc<SchedulerContext>, tracker: &TaskTracker, shutdown: CancellationToken) {
+/// which held shards are released. The returned task ends once they are: what must outlive the
+/// scheduler (result ingest) waits for it.
+pub fn spawn(
+    ctx: Arc<SchedulerContext>,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     // Publishing stops before leases are released: `stop_publishing` is cancelled first.
     let stop_publishing = CancellationToken::new();
     let publisher = publish::Publisher::new(ctx.clone());
@@ -152,5 +88,5 @@ pub fn spawn(ctx: Arc<SchedulerContext>, tracker: &TaskTracker, shutdown: Cancel
             tracing::error!(error = %e, "publisher task failed");
         }
         lease_mgr.release_all().await;
-    });
+    })
 }

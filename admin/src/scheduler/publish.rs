@@ -1,27 +1,35 @@
-//! Publication: ledger before send, send, record after delivery.
+//! Publication: route, ledger before send, send, record after delivery.
 //!
-//! 1. Due triggers are marked `publishing` with their partition, in one transaction that checks
-//!    this admin still holds each trigger's shard at the epoch it knows.
-//! 2. They are produced (idempotent producer, `acks=all`) only while the lease is valid by this
-//!    admin's clock; the producer's delivery timeout is shorter than the lease margin, so nothing
-//!    lands after the lease could have passed to another admin.
-//! 3. Delivered ones are recorded `published` with partition and offset, in one statement.
+//! 1. Route ([`Publisher::send`]): each due trigger of a shard this admin holds gets its
+//!    partition from the selector, and keeps the shard's [`Term`].
+//! 2. Ledger: the routed triggers are marked `publishing` with their partition and epoch, in one
+//!    transaction that checks this admin still holds each shard at that epoch
+//!    ([`lease::confirm`]).
+//! 3. Produce: they are handed to the producer (idempotent, `acks=all`) only while the lease is
+//!    trusted by this admin's clock; the producer's delivery timeout is shorter than the lease
+//!    margin, so nothing lands after the lease could have passed to another admin.
+//! 4. Record ([`record`]): delivered ones are recorded `published` with partition and offset, in
+//!    one statement.
 //!
-//! Step 3 of a batch overlaps steps 1–2 of the next ones (up to [`MAX_BATCHES_IN_FLIGHT`]), so
+//! Step 4 of a batch overlaps steps 1–3 of the next ones (up to [`MAX_BATCHES_IN_FLIGHT`]), so
 //! a trigger due while a batch waits for its acknowledgements is not delayed by it.
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use cadenza_schemas::{JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
 use cadenza_worker::telemetry;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
-use super::{PendingTrigger, SchedulerContext};
+use super::lease::{self, Term};
+use super::{SchedulerContext, SchedulerError};
 use crate::guard;
+use crate::ids::ShardId;
 use crate::metrics::{metrics, JobTypeLabel};
-use crate::route::Router;
+use crate::route::{Route, Router};
+use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
@@ -31,8 +39,26 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
 /// A batch handed to the producer, waiting for its acknowledgements.
 pub struct InFlight {
     sends: Vec<Sent>,
-    sent_at: chrono::DateTime<Utc>,
+    sent_at: DateTime<Utc>,
     outcome: PublishOutcome,
+}
+
+impl InFlight {
+    /// A batch of which nothing was handed to the producer.
+    fn nothing_sent(at: DateTime<Utc>, outcome: PublishOutcome) -> Self {
+        Self {
+            sends: Vec::new(),
+            sent_at: at,
+            outcome,
+        }
+    }
+}
+
+/// A trigger with its partition and the term of its shard.
+struct Routed {
+    trigger: PendingTrigger,
+    route: Route,
+    term: Term,
 }
 
 pub struct Publisher {
@@ -54,7 +80,7 @@ pub struct PublishOutcome {
 /// `publish` span (open until the broker answers; `Span::none()` unless spans are exported).
 struct Sent {
     id: i64,
-    fire_time: chrono::DateTime<Utc>,
+    fire_time: DateTime<Utc>,
     job_type: JobType,
     delivery: DeliveryFuture,
     span: tracing::Span,
@@ -97,11 +123,13 @@ impl Publisher {
                 continue;
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
-            match guard::round("publication", self.send(batch)).await {
+            let round = async { self.send(batch).await.map_err(anyhow::Error::from) };
+            match guard::round("publication", round).await {
                 Ok(sent) => {
                     let ctx = self.ctx.clone();
                     in_flight.spawn(async move {
-                        match guard::round("recording a publication", record(&ctx, sent)).await {
+                        let round = async { record(&ctx, sent).await.map_err(anyhow::Error::from) };
+                        match guard::round("recording a publication", round).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
                                 ?o,
                                 "some triggers could not be published; they are read back and retried"
@@ -121,142 +149,121 @@ impl Publisher {
         while in_flight.join_next().await.is_some() {}
     }
 
-    /// Publishes one batch of due triggers and records the outcome.
-    pub async fn publish(&self, batch: Vec<PendingTrigger>) -> anyhow::Result<PublishOutcome> {
-        let sent = self.send(batch).await?;
-        record(&self.ctx, sent).await
+    /// Steps 1–3 for one batch: route, ledger, then hand the messages to the producer.
+    pub async fn send(&self, batch: Vec<PendingTrigger>) -> Result<InFlight, SchedulerError> {
+        let mut outcome = PublishOutcome::default();
+        let routed = self.route(batch, &mut outcome).await?;
+        if routed.is_empty() {
+            return Ok(InFlight::nothing_sent(self.ctx.clock.now(), outcome));
+        }
+        let claimed = self.ledger(routed, &mut outcome).await?;
+        self.produce(claimed, outcome)
     }
 
-    /// Steps 1 and 2 for one batch: ledger, then hand the messages to the producer.
-    pub async fn send(&self, batch: Vec<PendingTrigger>) -> anyhow::Result<InFlight> {
-        let mut outcome = PublishOutcome::default();
-        // Route, and keep only triggers of shards held right now.
+    /// Step 1: the partition of each trigger of a shard held right now, with the shard's term;
+    /// triggers of other shards are skipped.
+    async fn route(
+        &self,
+        batch: Vec<PendingTrigger>,
+        outcome: &mut PublishOutcome,
+    ) -> Result<Vec<Routed>, SchedulerError> {
         let mut routed = Vec::with_capacity(batch.len());
-        for t in batch {
-            let Some(epoch) = self.ctx.leases.epoch(t.shard) else {
+        for trigger in batch {
+            let Some(term) = self.ctx.leases.term(trigger.shard) else {
                 outcome.skipped += 1;
                 continue;
             };
             let partitions = self
                 .ctx
                 .kafka
-                .ensure_trigger_topic(&self.ctx.pool, &t.job_type)
-                .await?;
-            let route = self.router.select(&t, partitions, &self.ctx.registry);
-            routed.push((t, route, epoch));
-        }
-        if routed.is_empty() {
-            return Ok(InFlight {
-                sends: Vec::new(),
-                sent_at: self.ctx.clock.now(),
-                outcome,
+                .ensure_trigger_topic(&self.ctx.pool, &trigger.job_type)
+                .await
+                .map_err(|e| SchedulerError::TriggerTopic {
+                    job_type: trigger.job_type.as_str().to_owned(),
+                    source: e.into(),
+                })?;
+            let route = self.router.select(&trigger, partitions, &self.ctx.registry);
+            routed.push(Routed {
+                trigger,
+                route,
+                term,
             });
         }
+        Ok(routed)
+    }
+
+    /// Step 2: marks the routed triggers `publishing` with their partition and epoch, in one
+    /// transaction with the check of their shards' leases ([`lease::confirm`]). Returns those
+    /// marked; the others (lease lost, or no longer `scheduled`) count as skipped.
+    async fn ledger(
+        &self,
+        mut routed: Vec<Routed>,
+        outcome: &mut PublishOutcome,
+    ) -> Result<Vec<Routed>, SchedulerError> {
         let before = routed.len();
-        // 1. Ledger, in one transaction with the check of the shards' leases.
-        let mut shard_epochs: Vec<(i32, i64)> = routed
-            .iter()
-            .map(|(t, _, e)| (t.shard as i32, *e))
-            .collect();
-        shard_epochs.sort_unstable();
-        shard_epochs.dedup();
-        let (shards, epochs): (Vec<i32>, Vec<i64>) = shard_epochs.into_iter().unzip();
+        let terms: Vec<Term> = routed.iter().map(|r| r.term).collect();
         let mut tx = self.ctx.pool.begin().await?;
-        let valid: std::collections::HashSet<i32> =
-            sqlx::query_scalar::<_, i32>(sql!("lease/check"))
-                .bind(&self.ctx.admin_id)
-                .bind(&shards)
-                .bind(&epochs)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-        routed.retain(|(t, _, _)| valid.contains(&(t.shard as i32)));
+        let valid: HashSet<ShardId> = lease::confirm(&mut tx, &self.ctx.admin_id, &terms)
+            .await?
+            .into_iter()
+            .map(|t| t.shard)
+            .collect();
+        routed.retain(|r| valid.contains(&r.trigger.shard));
         let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
-            .bind(routed.iter().map(|(t, _, _)| t.id.0).collect::<Vec<_>>())
+            .bind(routed.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+            .bind(routed.iter().map(|r| r.route.partition).collect::<Vec<_>>())
             .bind(
                 routed
                     .iter()
-                    .map(|(_, r, _)| r.partition)
+                    .map(|r| r.route.worker.clone())
                     .collect::<Vec<_>>(),
             )
-            .bind(
-                routed
-                    .iter()
-                    .map(|(_, r, _)| r.worker.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(routed.iter().map(|(_, _, e)| *e).collect::<Vec<_>>())
+            .bind(routed.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        let claimed: std::collections::HashSet<i64> = claimed.into_iter().collect();
+        let claimed: HashSet<i64> = claimed.into_iter().collect();
         outcome.skipped += before - claimed.len();
-        routed.retain(|(t, _, _)| claimed.contains(&t.id.0));
-        // 2. Send, only while the lease is valid by our clock: checked right before each
-        //    message is handed to the producer, whose delivery timeout is shorter than the margin.
-        let Some(valid_until) = self.ctx.leases.valid_until() else {
-            outcome.failed = routed.len();
-            return Ok(InFlight {
-                sends: Vec::new(),
-                sent_at: self.ctx.clock.now(),
-                outcome,
-            });
+        routed.retain(|r| claimed.contains(&r.trigger.id.0));
+        Ok(routed)
+    }
+
+    /// Step 3: hands the claimed triggers to the producer, only while the lease is trusted by
+    /// this admin's clock: checked right before each message, against the leases' current
+    /// `trusted_until` (the producer's delivery timeout is shorter than the margin). Triggers not
+    /// handed over stay `publishing` and are resolved by read-back.
+    fn produce(
+        &self,
+        claimed: Vec<Routed>,
+        mut outcome: PublishOutcome,
+    ) -> Result<InFlight, SchedulerError> {
+        let Some(trusted_until) = self.ctx.leases.trusted_until() else {
+            outcome.failed = claimed.len();
+            return Ok(InFlight::nothing_sent(self.ctx.clock.now(), outcome));
         };
         let topics = self.ctx.kafka.topics();
         let now = self.ctx.clock.now();
         self.ctx.kafka.renew_producer_if_fatal();
         let producer = self.ctx.kafka.producer();
-        let mut sends = Vec::with_capacity(routed.len());
+        let mut sends = Vec::with_capacity(claimed.len());
         let mut unsent = 0;
-        for (t, route, _) in &routed {
-            if std::time::Instant::now() >= valid_until {
+        for Routed {
+            trigger: t, route, ..
+        } in &claimed
+        {
+            if std::time::Instant::now() >= trusted_until {
                 unsent += 1;
                 continue;
             }
-            let msg = TriggerRecord::Trigger(TriggerMessage {
-                trigger_id: t.id,
-                job_id: t.job_id,
-                job_type: t.job_type.clone(),
-                kind: t.kind,
-                fire_time: t.fire_time,
-                params: t.params.clone(),
-                block: t.block,
-                timeout_ms: t.timeout_ms,
-                attempt: t.attempt,
-                shard_index: t.shard_index,
-                shard_total: t.shard_total,
-                routed_worker: route.worker.clone().map(cadenza_schemas::WorkerId),
-                route: Some(t.route),
-                published_at: now,
-            });
-            let payload = serde_json::to_vec(&msg)?;
+            let payload = serde_json::to_vec(&message(t, route, now))?;
             let key = t.job_id.0.to_string();
             let topic = topics.trigger(&t.job_type);
-            // The run's trace starts here: its id travels in the header to the worker and back.
-            let span = if telemetry::exporting() {
-                tracing::info_span!(parent: None, "publish", otel.kind = "producer",
-                    job_id = t.job_id.0, trigger_id = t.id.0, job_type = t.job_type.as_str(),
-                    attempt = t.attempt, partition = route.partition,
-                    offset = tracing::field::Empty, otel.status_code = tracing::field::Empty)
-            } else {
-                tracing::Span::none()
-            };
-            let tp = telemetry::traceparent(&span).unwrap_or_else(traceparent);
-            let headers = OwnedHeaders::new()
-                .insert(Header {
-                    key: HEADER_RECORD,
-                    value: Some("trigger"),
-                })
-                .insert(Header {
-                    key: HEADER_TRACEPARENT,
-                    value: Some(&tp),
-                });
+            let span = publish_span(t, route);
             let record = FutureRecord::to(&topic)
                 .partition(route.partition)
                 .key(&key)
                 .payload(&payload)
-                .headers(headers);
+                .headers(headers(&span));
             match producer.send_result(record) {
                 Ok(delivery) => sends.push(Sent {
                     id: t.id.0,
@@ -283,10 +290,61 @@ impl Publisher {
     }
 }
 
-/// Step 3: waits for the acknowledgements of a batch and records the delivered triggers
+/// The `publish` span of a run, where its trace starts (`Span::none()` unless spans are
+/// exported); it stays open until the broker answers.
+fn publish_span(t: &PendingTrigger, route: &Route) -> tracing::Span {
+    if telemetry::exporting() {
+        tracing::info_span!(parent: None, "publish", otel.kind = "producer",
+            job_id = t.job_id.0, trigger_id = t.id.0, job_type = t.job_type.as_str(),
+            attempt = t.attempt, partition = route.partition,
+            offset = tracing::field::Empty, otel.status_code = tracing::field::Empty)
+    } else {
+        tracing::Span::none()
+    }
+}
+
+/// The headers of a trigger record: its kind, and the run's trace id (from `span`, or a new
+/// one), which travels to the worker and back.
+fn headers(span: &tracing::Span) -> OwnedHeaders {
+    let tp = telemetry::traceparent(span).unwrap_or_else(traceparent);
+    OwnedHeaders::new()
+        .insert(Header {
+            key: HEADER_RECORD,
+            value: Some("trigger"),
+        })
+        .insert(Header {
+            key: HEADER_TRACEPARENT,
+            value: Some(&tp),
+        })
+}
+
+/// The trigger record of a routed run, published at `now`.
+fn message(t: &PendingTrigger, route: &Route, now: DateTime<Utc>) -> TriggerRecord {
+    TriggerRecord::Trigger(TriggerMessage {
+        trigger_id: t.id,
+        job_id: t.job_id,
+        job_type: t.job_type.clone(),
+        kind: t.kind,
+        fire_time: t.fire_time,
+        params: t.params.clone(),
+        block: t.block,
+        timeout_ms: t.timeout_ms,
+        attempt: t.attempt,
+        shard_index: t.shard_index,
+        shard_total: t.shard_total,
+        routed_worker: route.worker.clone().map(cadenza_schemas::WorkerId),
+        route: Some(t.route),
+        published_at: now,
+    })
+}
+
+/// Step 4: waits for the acknowledgements of a batch and records the delivered triggers
 /// `published`. Failed sends stay `publishing`: one that timed out may still have landed, so the
 /// sweep reads the partition back before sending again.
-pub async fn record(ctx: &SchedulerContext, batch: InFlight) -> anyhow::Result<PublishOutcome> {
+pub async fn record(
+    ctx: &SchedulerContext,
+    batch: InFlight,
+) -> Result<PublishOutcome, SchedulerError> {
     let InFlight {
         sends,
         sent_at,

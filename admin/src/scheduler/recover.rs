@@ -18,7 +18,9 @@ use rdkafka::producer::FutureRecord;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{rows_to_pending, PendingRow, SchedulerContext, NOTIFY_CHANNEL};
+use super::{SchedulerContext, SchedulerError, NOTIFY_CHANNEL};
+use crate::ids::{LeaseEpoch, ShardId};
+use crate::trigger::{rows_to_pending, PendingRow};
 
 /// How often held shards are swept.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
@@ -26,13 +28,16 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Misfire rules, then loads the pending triggers of newly acquired shards into the timer.
-pub async fn load_shards(ctx: &SchedulerContext, shards: &[u32]) -> anyhow::Result<usize> {
-    let shards: Vec<i32> = shards.iter().map(|s| *s as i32).collect();
+pub async fn load_shards(
+    ctx: &SchedulerContext,
+    shards: &[ShardId],
+) -> Result<usize, SchedulerError> {
+    let shards = ShardId::to_db_all(shards);
     apply_misfires(ctx, &shards).await?;
     load_pending(ctx, &shards, ctx.config.lookahead_ms).await
 }
 
-async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> anyhow::Result<()> {
+async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> Result<(), SchedulerError> {
     let mut tx = ctx.pool.begin().await?;
     let misfired: Vec<i64> = sqlx::query_scalar(sql!("recover/misfire_overdue"))
         .bind(shards)
@@ -51,7 +56,7 @@ async fn load_pending(
     ctx: &SchedulerContext,
     shards: &[i32],
     ahead_ms: u64,
-) -> anyhow::Result<usize> {
+) -> Result<usize, SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_for_shards"))
         .bind(shards)
         .bind(ahead_ms as f64)
@@ -63,7 +68,7 @@ async fn load_pending(
     Ok(n)
 }
 
-async fn load_one(ctx: &SchedulerContext, id: i64) -> anyhow::Result<()> {
+async fn load_one(ctx: &SchedulerContext, id: i64) -> Result<(), SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/get_pending"))
         .bind(id)
         .fetch_all(&ctx.pool)
@@ -78,7 +83,7 @@ struct PublishingRow {
     job_type: String,
     partition: Option<i32>,
     /// The mark the read-back acts on (compare-and-set): the epoch and time it was made.
-    lease_epoch: Option<i64>,
+    lease_epoch: Option<LeaseEpoch>,
     updated_at: DateTime<Utc>,
 }
 
@@ -116,17 +121,16 @@ type Found = HashMap<i64, i64>;
 /// meanwhile (its new send may be in flight) is never reset.
 pub async fn resolve_publishing(
     ctx: &SchedulerContext,
-    shards: &[u32],
+    shards: &[ShardId],
     which: ReadBack,
-) -> anyhow::Result<Resolved> {
+) -> Result<Resolved, SchedulerError> {
     let _one_at_a_time = ctx.read_back.lock().await;
-    let (shard_ids, epochs): (Vec<i32>, Vec<i64>) = shards
-        .iter()
-        .filter_map(|s| ctx.leases.epoch(*s).map(|e| (*s as i32, e)))
-        .unzip();
-    if shard_ids.is_empty() {
+    let terms: Vec<_> = shards.iter().filter_map(|s| ctx.leases.term(*s)).collect();
+    let Some(first) = terms.first().map(|t| t.shard) else {
         return Ok(Resolved::default());
-    }
+    };
+    let shard_ids = ShardId::to_db_all(terms.iter().map(|t| &t.shard));
+    let epochs: Vec<LeaseEpoch> = terms.iter().map(|t| t.epoch).collect();
     let rows: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_rows"))
         .bind(&shard_ids)
         .bind(&epochs)
@@ -148,7 +152,7 @@ pub async fn resolve_publishing(
     let mut found: Vec<(&PublishingRow, i32, i64)> = Vec::new();
     let mut out = Resolved::default();
     for ((job_type, partition), group) in groups {
-        match read_back_partition(ctx, &job_type, partition, &group, shard_ids[0] as u32).await {
+        match read_back_partition(ctx, &job_type, partition, &group, first).await {
             Ok(offsets) => {
                 crate::metrics::metrics()
                     .read_backs
@@ -232,8 +236,8 @@ async fn read_back_partition(
     job_type: &str,
     partition: i32,
     group: &[&PublishingRow],
-    shard: u32,
-) -> anyhow::Result<Found> {
+    shard: ShardId,
+) -> Result<Found, SchedulerError> {
     let jt = JobType::parse(job_type)?;
     let topic = ctx.kafka.topics().trigger(&jt);
     let earliest_mark = group
@@ -265,7 +269,12 @@ async fn read_back_partition(
                 }
             },
         )
-        .await?;
+        .await
+        .map_err(|e| SchedulerError::ReadBack {
+            topic: topic.clone(),
+            partition,
+            source: e.into(),
+        })?;
     tracing::info!(%topic, partition, from = ?start, fence, "partition read back");
     Ok(found)
 }
@@ -275,12 +284,12 @@ async fn write_fence(
     ctx: &SchedulerContext,
     topic: &str,
     partition: i32,
-    shard: u32,
-) -> anyhow::Result<i64> {
+    shard: ShardId,
+) -> Result<i64, SchedulerError> {
     let fence = TriggerRecord::Fence(FenceMessage {
-        admin_id: ctx.admin_id.clone(),
-        shard,
-        epoch: ctx.leases.epoch(shard).unwrap_or(0),
+        admin_id: ctx.admin_id.to_string(),
+        shard: shard.0,
+        epoch: ctx.leases.epoch(shard).map_or(0, |e| e.0),
         nonce: format!("{:032x}", rand::random::<u128>()),
         written_at: ctx.clock.now(),
     });
@@ -308,19 +317,19 @@ async fn write_fence(
 }
 
 /// Parses a notification payload `<shard>:<trigger id>`.
-fn parse_payload(p: &str) -> Option<(u32, i64)> {
+fn parse_payload(p: &str) -> Option<(ShardId, i64)> {
     let (shard, id) = p.split_once(':')?;
-    Some((shard.parse().ok()?, id.parse().ok()?))
+    Some((ShardId(shard.parse().ok()?), id.parse().ok()?))
 }
 
 /// One sweep of the held shards: misfire rules, runs whose send failed, overdue runs not in the
 /// timer.
-async fn sweep(ctx: &SchedulerContext) -> anyhow::Result<()> {
-    let held: Vec<u32> = ctx.leases.held().into_iter().map(|(s, _)| s).collect();
+async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
+    let held = ctx.leases.held_shards();
     if held.is_empty() {
         return Ok(());
     }
-    let shard_ids: Vec<i32> = held.iter().map(|s| *s as i32).collect();
+    let shard_ids = ShardId::to_db_all(&held);
     apply_misfires(ctx, &shard_ids).await?;
     // A send settles within the producer's timeout, shorter than the margin.
     resolve_publishing(ctx, &held, ReadBack::Settled).await?;
@@ -360,7 +369,8 @@ pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = crate::guard::round("sweep", sweep(&ctx)).await {
+                let round = async { sweep(&ctx).await.map_err(anyhow::Error::from) };
+                if let Err(e) = crate::guard::round("sweep", round).await {
                     tracing::warn!(error = %e, "sweep of held shards failed; trying again next round");
                 }
             }
@@ -390,7 +400,10 @@ pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
 mod tests {
     #[test]
     fn payload() {
-        assert_eq!(super::parse_payload("3:42"), Some((3, 42)));
+        assert_eq!(
+            super::parse_payload("3:42"),
+            Some((crate::ids::ShardId(3), 42))
+        );
         assert_eq!(super::parse_payload("x"), None);
     }
 }

@@ -1,5 +1,7 @@
 //! The scan: claim due jobs of held shards and write their fire times down as `scheduled`
-//! triggers, one transaction per batch.
+//! triggers, one transaction per batch ([`Scanner::run_once`]). What a batch of due jobs becomes
+//! is decided without I/O: [`plan_fires`] applies the misfire rules to one job, `expand` turns
+//! the plans into rows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +12,13 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{rows_to_pending, PendingRow, SchedulerContext};
+use sqlx::PgConnection;
+
+use super::{lease, SchedulerContext, SchedulerError};
 use crate::guard::{self, Backoff};
+use crate::ids::ShardId;
 use crate::schedule::JobSchedule;
+use crate::trigger::{rows_to_pending, PendingRow};
 
 /// Most fire times written for one job in one scan; a job with more due continues next scan.
 pub const MAX_FIRES_PER_JOB: usize = 10_000;
@@ -190,33 +196,116 @@ fn plan_job(job: &DueJob, lookahead: chrono::Duration) -> Plan {
     })
 }
 
+/// The rows one scan writes: the triggers (one array per column of `scan/insert_triggers`) and
+/// the jobs' advances (`scan/advance_jobs`).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Expansion {
+    t_job: Vec<i64>,
+    t_kind: Vec<&'static str>,
+    t_status: Vec<&'static str>,
+    t_time: Vec<DateTime<Utc>>,
+    t_shard_index: Vec<i32>,
+    t_shard_total: Vec<i32>,
+    a_job: Vec<i64>,
+    a_next: Vec<Option<DateTime<Utc>>>,
+    a_enabled: Vec<bool>,
+}
+
+/// Step 3 of a scan, without I/O: plans each due job ([`plan_job`]) and expands its fires into
+/// trigger rows. A `scheduled` fire becomes `broadcast_runs(job)` runs (shard `i` of `n`: more
+/// than one only for `sharding_broadcast`); a misfired one stays one row.
+fn expand(
+    due: &[DueJob],
+    lookahead: chrono::Duration,
+    broadcast_runs: impl Fn(&DueJob) -> i32,
+) -> Expansion {
+    let mut x = Expansion::default();
+    for job in due {
+        let plan = plan_job(job, lookahead);
+        let runs = broadcast_runs(job);
+        for f in &plan.fires {
+            let n = if f.status == RunStatus::Scheduled {
+                runs
+            } else {
+                1
+            };
+            for i in 0..n {
+                x.t_job.push(job.id);
+                x.t_kind.push(f.kind.as_str());
+                x.t_status.push(f.status.as_str());
+                x.t_time.push(f.fire_time);
+                x.t_shard_index.push(i);
+                x.t_shard_total.push(n);
+            }
+        }
+        x.a_job.push(job.id);
+        x.a_next.push(plan.next_fire_at);
+        x.a_enabled.push(plan.enabled);
+    }
+    x
+}
+
+/// What step 4 wrote: the trigger rows, and the misfired runs to count once committed.
+struct Written {
+    rows: Vec<PendingRow>,
+    ended: crate::outcome::Ended,
+}
+
+/// Step 4 of a scan, inside its transaction: inserts the triggers, advances the jobs and follows
+/// up the runs recorded `misfired`.
+async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, SchedulerError> {
+    let rows: Vec<PendingRow> = sqlx::query_as(sql!("scan/insert_triggers"))
+        .bind(&x.t_job)
+        .bind(&x.t_kind)
+        .bind(&x.t_status)
+        .bind(&x.t_time)
+        .bind(&x.t_shard_index)
+        .bind(&x.t_shard_total)
+        .fetch_all(&mut *conn)
+        .await?;
+    let misfired: Vec<i64> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Misfired.as_str())
+        .map(|r| r.id)
+        .collect();
+    sqlx::query(sql!("scan/advance_jobs"))
+        .bind(&x.a_job)
+        .bind(&x.a_next)
+        .bind(&x.a_enabled)
+        .execute(&mut *conn)
+        .await?;
+    let ended = crate::outcome::after_misfire(conn, &misfired).await?;
+    Ok(Written { rows, ended })
+}
+
 impl Scanner {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
         Self { ctx }
     }
 
-    /// One batch: claims up to `scan_batch` due jobs and writes their triggers.
-    pub async fn run_once(&self) -> anyhow::Result<ScanOutcome> {
+    /// One batch, in one transaction:
+    ///
+    /// 1. confirm the leases of the held shards ([`lease::confirm`], `FOR SHARE`);
+    /// 2. claim up to `scan_batch` due jobs of the confirmed shards (`FOR UPDATE SKIP LOCKED`);
+    /// 3. expand them into trigger rows and job advances (`expand`, no I/O);
+    /// 4. write them: insert the triggers, advance the jobs, follow up the misfired runs, commit;
+    /// 5. hand the `scheduled` triggers to the timer.
+    pub async fn run_once(&self) -> Result<ScanOutcome, SchedulerError> {
         let started = std::time::Instant::now();
-        let held = self.ctx.leases.held();
+        let held = self.ctx.leases.terms();
         if held.is_empty() {
             return Ok(ScanOutcome::default());
         }
         let cfg = &self.ctx.config;
-        let (shards, epochs): (Vec<i32>, Vec<i64>) =
-            held.iter().map(|(s, e)| (*s as i32, *e)).unzip();
         let mut tx = self.ctx.pool.begin().await?;
-        let valid: Vec<i32> = sqlx::query_scalar(sql!("lease/check"))
-            .bind(&self.ctx.admin_id)
-            .bind(&shards)
-            .bind(&epochs)
-            .fetch_all(&mut *tx)
-            .await?;
-        if valid.is_empty() {
+        // 1.
+        let confirmed = lease::confirm(&mut tx, &self.ctx.admin_id, &held).await?;
+        if confirmed.is_empty() {
             return Ok(ScanOutcome::default());
         }
+        // 2.
         let due: Vec<DueJob> = sqlx::query_as(sql!("scan/due_jobs"))
-            .bind(&valid)
+            .bind(ShardId::to_db_all(confirmed.iter().map(|t| &t.shard)))
             .bind(cfg.lookahead_ms as f64)
             .bind(cfg.scan_batch)
             .fetch_all(&mut *tx)
@@ -228,7 +317,7 @@ impl Scanner {
         let span = if telemetry::exporting() {
             tracing::info_span!(
                 "scan",
-                shards = valid.len(),
+                shards = confirmed.len(),
                 jobs = due.len(),
                 triggers = tracing::field::Empty
             )
@@ -236,64 +325,22 @@ impl Scanner {
             tracing::Span::none()
         };
         let write = async {
+            // 3. A `sharding_broadcast` fire is one run per live worker (shard i of n).
             let lookahead = chrono::Duration::milliseconds(cfg.lookahead_ms as i64);
-            let (mut p_job, mut p_kind, mut p_status, mut p_time) =
-                (vec![], vec![], vec![], vec![]);
-            let (mut p_shard, mut p_total) = (Vec::<i32>::new(), Vec::<i32>::new());
-            let (mut a_id, mut a_next, mut a_enabled) = (vec![], vec![], vec![]);
-            for job in &due {
-                let plan = plan_job(job, lookahead);
-                // A `sharding_broadcast` fire is one run per live worker (shard i of n).
-                let shards = self
-                    .ctx
+            let expansion = expand(&due, lookahead, |job| {
+                self.ctx
                     .registry
-                    .shard_total_stored(&job.route, &job.job_type);
-                for f in &plan.fires {
-                    let n = if f.status == RunStatus::Scheduled {
-                        shards
-                    } else {
-                        1
-                    };
-                    for i in 0..n {
-                        p_job.push(job.id);
-                        p_kind.push(f.kind.as_str());
-                        p_status.push(f.status.as_str());
-                        p_time.push(f.fire_time);
-                        p_shard.push(i);
-                        p_total.push(n);
-                    }
-                }
-                a_id.push(job.id);
-                a_next.push(plan.next_fire_at);
-                a_enabled.push(plan.enabled);
-            }
-            let inserted: Vec<PendingRow> = sqlx::query_as(sql!("scan/insert_triggers"))
-                .bind(&p_job)
-                .bind(&p_kind)
-                .bind(&p_status)
-                .bind(&p_time)
-                .bind(&p_shard)
-                .bind(&p_total)
-                .fetch_all(&mut *tx)
-                .await?;
-            let misfired: Vec<i64> = inserted
-                .iter()
-                .filter(|r| r.status == RunStatus::Misfired.as_str())
-                .map(|r| r.id)
-                .collect();
-            sqlx::query(sql!("scan/advance_jobs"))
-                .bind(&a_id)
-                .bind(&a_next)
-                .bind(&a_enabled)
-                .execute(&mut *tx)
-                .await?;
-            let ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
+                    .shard_total_stored(&job.route, &job.job_type)
+            });
+            // 4.
+            let inserted = write(&mut tx, &expansion).await?;
             tx.commit().await?;
-            ended.record();
-            let written = inserted.len();
+            inserted.ended.record();
+            let written = inserted.rows.len();
             tracing::Span::current().record("triggers", written);
-            self.ctx.wheel.insert(rows_to_pending(inserted));
-            Ok::<_, anyhow::Error>(ScanOutcome {
+            // 5.
+            self.ctx.wheel.insert(rows_to_pending(inserted.rows));
+            Ok::<_, SchedulerError>(ScanOutcome {
                 jobs: due.len(),
                 triggers: written,
                 elapsed: started.elapsed(),
@@ -308,7 +355,8 @@ impl Scanner {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.ctx.config.scan_interval(), MAX_SCAN_BACKOFF);
         loop {
-            let pause = match guard::round("scan", self.run_once()).await {
+            let round = async { self.run_once().await.map_err(anyhow::Error::from) };
+            let pause = match guard::round("scan", round).await {
                 Ok(o) => {
                     if backoff.succeeded() {
                         tracing::info!("scan works again");
@@ -495,6 +543,62 @@ mod tests {
         assert_eq!(p.fires.len(), 1);
         assert_eq!(p.next_fire_at, None);
         assert!(p.enabled);
+    }
+
+    fn due(id: i64, misfire: &str, next: i64, now: i64) -> DueJob {
+        DueJob {
+            id,
+            schedule: sqlx::types::Json(Schedule::FixRate { every_ms: 100 }),
+            misfire: misfire.to_owned(),
+            misfire_threshold_ms: 1000,
+            next_fire_at: t(next),
+            db_now: t(now),
+            job_type: "t".to_owned(),
+            route: "sharding_broadcast".to_owned(),
+        }
+    }
+
+    #[test]
+    fn expand_writes_one_run_per_broadcast_shard_and_advances_each_job() {
+        // Job 1 is due now: 0, 100, 200, 300 within 350 ms of look-ahead, 3 runs each.
+        // Job 2 missed 0..=3900 by more than the threshold: `do_nothing` records them
+        // misfired (one row each), then fires from 4000 on.
+        let jobs = [due(1, "do_nothing", 0, 0), due(2, "do_nothing", 0, 5000)];
+        let x = expand(&jobs, th(350), |j| if j.id == 1 { 3 } else { 2 });
+        let job1: Vec<(i32, i32)> = x
+            .t_job
+            .iter()
+            .zip(x.t_shard_index.iter().zip(&x.t_shard_total))
+            .filter(|(j, _)| **j == 1)
+            .map(|(_, (i, n))| (*i, *n))
+            .collect();
+        assert_eq!(job1.len(), 12);
+        assert_eq!(&job1[..3], &[(0, 3), (1, 3), (2, 3)]);
+        let misfired: Vec<usize> = (0..x.t_job.len())
+            .filter(|i| x.t_status[*i] == RunStatus::Misfired.as_str())
+            .collect();
+        assert_eq!(misfired.len(), 40);
+        assert!(misfired
+            .iter()
+            .all(|i| x.t_job[*i] == 2 && x.t_shard_total[*i] == 1 && x.t_shard_index[*i] == 0));
+        let scheduled2 = (0..x.t_job.len())
+            .filter(|i| x.t_job[*i] == 2 && x.t_status[*i] == RunStatus::Scheduled.as_str())
+            .count();
+        assert_eq!(scheduled2, 14 * 2); // 4000..=5300, 2 runs each
+        assert_eq!(x.a_job, vec![1, 2]);
+        assert_eq!(x.a_next, vec![Some(t(400)), Some(t(5400))]);
+        assert_eq!(x.a_enabled, vec![true, true]);
+    }
+
+    #[test]
+    fn expand_stops_a_job_it_cannot_plan_and_goes_on() {
+        let jobs = [due(1, "no such strategy", 0, 0), due(2, "fire_all", 0, 0)];
+        let x = expand(&jobs, th(50), |_| 1);
+        assert!(x.t_job.iter().all(|j| *j == 2));
+        assert_eq!(x.t_job.len(), 1);
+        assert_eq!(x.a_job, vec![1, 2]);
+        assert_eq!(x.a_next, vec![None, Some(t(100))]);
+        assert_eq!(x.a_enabled, vec![true, true]);
     }
 
     #[test]

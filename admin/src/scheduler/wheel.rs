@@ -10,7 +10,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::DbClock;
-use super::PendingTrigger;
+use crate::ids::ShardId;
+use crate::trigger::PendingTrigger;
 
 #[derive(Default)]
 struct Inner {
@@ -54,7 +55,7 @@ impl Wheel {
 
     /// Forgets the triggers of shards this admin no longer holds; their rows stay `scheduled`
     /// for the new holder.
-    pub fn drop_shards(&self, shards: &[u32]) {
+    pub fn drop_shards(&self, shards: &[ShardId]) {
         let mut inner = self.lock();
         let gone: Vec<(i64, i64)> = inner
             .queue
@@ -143,7 +144,7 @@ mod tests {
             id: TriggerId(id),
             job_id: JobId(1),
             job_type: JobType::parse("t").unwrap(),
-            shard,
+            shard: ShardId(shard),
             kind: TriggerKind::Cron,
             fire_time,
             params: String::new(),
@@ -173,7 +174,7 @@ mod tests {
         let second = w.next_due(100, &DbClock::default(), &cancel).await;
         assert_eq!(second[0].id.0, 3);
         assert!(Utc::now() >= now + Duration::milliseconds(30));
-        w.drop_shards(&[0]);
+        w.drop_shards(&[ShardId(0)]);
         assert!(w.is_empty());
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_admin::config::SchedulerArgs;
+use cadenza_admin::ids::{LeaseEpoch, ShardId};
 use cadenza_admin::kafka::{KafkaClients, KafkaSettings};
 use cadenza_admin::route::registry::Registry;
 use cadenza_admin::scheduler::lease::LeaseManager;
@@ -92,7 +93,7 @@ async fn read_back_resolves_earlier_holders_runs_only_and_survives_a_bad_partiti
     let cluster = Cluster::start().await.unwrap();
     let (ctx, pool) = context(&cluster).await;
     LeaseManager::new(ctx.clone()).run_once().await.unwrap();
-    let epoch = ctx.leases.epoch(0).expect("shard 0 held");
+    let LeaseEpoch(epoch) = ctx.leases.epoch(ShardId(0)).expect("shard 0 held");
     let job: i64 = sqlx::query_scalar(
         "INSERT INTO jobs (name, job_type, schedule, schedule_kind, route, block, misfire, \
          misfire_threshold_ms, shard) VALUES ('rb', 'rb.job', '{\"kind\":\"none\"}', 'none', \
@@ -144,7 +145,7 @@ async fn read_back_resolves_earlier_holders_runs_only_and_survives_a_bad_partiti
     .await
     .unwrap();
 
-    let resolved = resolve_publishing(&ctx, &[0], ReadBack::AfterTakeover)
+    let resolved = resolve_publishing(&ctx, &[ShardId(0)], ReadBack::AfterTakeover)
         .await
         .unwrap();
     println!("{resolved:?}");

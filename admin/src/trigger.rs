@@ -1,0 +1,102 @@
+//! A run waiting for its fire time: what the scheduler's timer holds and the publisher (and the
+//! partition selector in [`crate::route`]) reads, and the `triggers` row it is loaded from.
+
+use cadenza_schemas::{
+    BlockStrategy, JobId, JobType, JobTypeError, ParseEnumError, RouteStrategy, TriggerId,
+    TriggerKind,
+};
+use chrono::{DateTime, Utc};
+
+use crate::ids::{BadShard, ShardId};
+
+/// A run waiting for its fire time, as the publisher needs it.
+#[derive(Debug, Clone)]
+pub struct PendingTrigger {
+    pub id: TriggerId,
+    pub job_id: JobId,
+    pub job_type: JobType,
+    pub shard: ShardId,
+    pub kind: TriggerKind,
+    pub fire_time: DateTime<Utc>,
+    pub params: String,
+    pub block: BlockStrategy,
+    pub timeout_ms: u64,
+    pub attempt: u32,
+    pub shard_index: u32,
+    pub shard_total: u32,
+    pub route: RouteStrategy,
+    pub requested_worker: Option<String>,
+}
+
+/// A `triggers` row as selected for the timer.
+#[derive(Debug, sqlx::FromRow)]
+pub struct PendingRow {
+    pub id: i64,
+    pub job_id: i64,
+    pub job_type: String,
+    pub shard: i32,
+    pub kind: String,
+    pub status: String,
+    pub fire_time: DateTime<Utc>,
+    pub params: String,
+    pub block: String,
+    pub timeout_ms: i64,
+    pub attempt: i32,
+    pub shard_index: i32,
+    pub shard_total: i32,
+    pub route: String,
+    pub requested_worker: Option<String>,
+}
+
+/// Why a `triggers` row cannot become a [`PendingTrigger`].
+#[derive(Debug, thiserror::Error)]
+pub enum PendingRowError {
+    #[error("job type: {0}")]
+    JobType(#[from] JobTypeError),
+    #[error(transparent)]
+    Shard(#[from] BadShard),
+    #[error(transparent)]
+    Enum(#[from] ParseEnumError),
+    #[error("{0} out of range")]
+    OutOfRange(&'static str),
+}
+
+fn unsigned<T: TryFrom<i64>>(what: &'static str, v: i64) -> Result<T, PendingRowError> {
+    T::try_from(v).map_err(|_| PendingRowError::OutOfRange(what))
+}
+
+impl TryFrom<PendingRow> for PendingTrigger {
+    type Error = PendingRowError;
+    fn try_from(r: PendingRow) -> Result<Self, PendingRowError> {
+        Ok(PendingTrigger {
+            id: TriggerId(r.id),
+            job_id: JobId(r.job_id),
+            job_type: JobType::parse(&r.job_type)?,
+            shard: ShardId::from_db(r.shard)?,
+            kind: r.kind.parse()?,
+            fire_time: r.fire_time,
+            params: r.params,
+            block: r.block.parse()?,
+            timeout_ms: unsigned("timeout_ms", r.timeout_ms)?,
+            attempt: unsigned("attempt", r.attempt.into())?,
+            shard_index: unsigned("shard_index", r.shard_index.into())?,
+            shard_total: unsigned("shard_total", r.shard_total.into())?,
+            route: r.route.parse()?,
+            requested_worker: r.requested_worker,
+        })
+    }
+}
+
+/// Converts rows to pending triggers, keeping `scheduled` ones and logging (not failing on) a
+/// row that cannot be read.
+pub(crate) fn rows_to_pending(rows: Vec<PendingRow>) -> Vec<PendingTrigger> {
+    rows.into_iter()
+        .filter(|r| r.status == "scheduled")
+        .filter_map(|r| {
+            let id = r.id;
+            PendingTrigger::try_from(r)
+                .map_err(|e| tracing::error!(trigger_id = id, error = %e, "unreadable trigger row skipped"))
+                .ok()
+        })
+        .collect()
+}
