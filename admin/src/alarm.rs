@@ -89,7 +89,7 @@ pub struct WebhookClient {
 }
 
 impl WebhookClient {
-    pub fn new(config: &AlarmConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &AlarmConfig) -> Result<Self, reqwest::Error> {
         let policy = config.policy();
         let http = policy
             .client_builder()
@@ -225,6 +225,21 @@ impl Claimed {
 
 type Mailer = AsyncSmtpTransport<Tokio1Executor>;
 
+/// Why the alarm settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AlarmSetupError {
+    /// The HTTP client for webhooks could not be built.
+    #[error(transparent)]
+    Webhooks(#[from] reqwest::Error),
+    #[error("CADENZA_SMTP_URL is not a usable SMTP URL: {0}")]
+    SmtpUrl(lettre::transport::smtp::Error),
+    #[error("CADENZA_ALARM_FROM {from:?} is not an e-mail address: {source}")]
+    From {
+        from: String,
+        source: lettre::address::AddressError,
+    },
+}
+
 pub struct AlarmSender {
     pool: PgPool,
     config: AlarmConfig,
@@ -233,21 +248,23 @@ pub struct AlarmSender {
 }
 
 impl AlarmSender {
-    pub fn new(pool: PgPool, config: AlarmConfig) -> anyhow::Result<Self> {
+    pub fn new(pool: PgPool, config: AlarmConfig) -> Result<Self, AlarmSetupError> {
         let webhooks = WebhookClient::new(&config)?;
         let mailer = match &config.smtp_url {
             None => None,
             Some(url) => {
                 let transport = Mailer::from_url(url.expose_secret())
-                    .map_err(|e| anyhow::anyhow!("CADENZA_SMTP_URL is not a usable SMTP URL: {e}"))?
+                    .map_err(AlarmSetupError::SmtpUrl)?
                     .timeout(Some(Duration::from_millis(config.timeout_ms)))
                     .build();
-                let from: Mailbox = config.alarm_from.parse().map_err(|e| {
-                    anyhow::anyhow!(
-                        "CADENZA_ALARM_FROM {:?} is not an e-mail address: {e}",
-                        config.alarm_from
-                    )
-                })?;
+                let from: Mailbox =
+                    config
+                        .alarm_from
+                        .parse()
+                        .map_err(|source| AlarmSetupError::From {
+                            from: config.alarm_from.clone(),
+                            source,
+                        })?;
                 Some((transport, from))
             }
         };
@@ -269,7 +286,7 @@ impl AlarmSender {
     }
 
     /// One round: claims due alarms and delivers them concurrently; returns how many it tried.
-    pub async fn run_once(&self) -> anyhow::Result<usize> {
+    pub async fn run_once(&self) -> Result<usize, sqlx::Error> {
         // Claimed for longer than an attempt can take, so no other admin sends it meanwhile.
         let hold_ms = self.config.timeout_ms.saturating_mul(2).max(1_000) as f64;
         let claimed: Vec<Claimed> = sqlx::query_as(sql!("alarms/claim"))

@@ -422,10 +422,24 @@ pub struct JobRow {
     pub updated_at: DateTime<Utc>,
 }
 
-impl TryFrom<JobRow> for Job {
-    type Error = anyhow::Error;
+/// A `jobs` row that does not read back as a job.
+#[derive(Debug, thiserror::Error)]
+pub enum JobRowError {
+    #[error(transparent)]
+    JobType(#[from] cadenza_schemas::JobTypeError),
+    #[error(transparent)]
+    Schedule(#[from] serde_json::Error),
+    #[error(transparent)]
+    Strategy(#[from] cadenza_schemas::ParseEnumError),
+    /// `retry_backoff` is not a known back-off.
+    #[error("{0}")]
+    Backoff(String),
+}
 
-    fn try_from(r: JobRow) -> anyhow::Result<Job> {
+impl TryFrom<JobRow> for Job {
+    type Error = JobRowError;
+
+    fn try_from(r: JobRow) -> Result<Job, JobRowError> {
         Ok(Job {
             id: JobId(r.id),
             spec: JobSpec {
@@ -440,7 +454,7 @@ impl TryFrom<JobRow> for Job {
                 timeout_ms: r.timeout_ms,
                 retries: r.retries,
                 retry_backoff_ms: r.retry_backoff_ms,
-                retry_backoff: r.retry_backoff.parse().map_err(anyhow::Error::msg)?,
+                retry_backoff: r.retry_backoff.parse().map_err(JobRowError::Backoff)?,
                 retry_backoff_max_ms: r.retry_backoff_max_ms,
                 children: r.children.into_iter().map(JobId).collect(),
                 alarm_webhook: r.alarm_webhook,

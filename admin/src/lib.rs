@@ -52,14 +52,15 @@ use crate::kafka::{KafkaClients, KafkaSettings};
 
 /// Calls `round` every `interval` (a late round delays the next) until `shutdown`; a failed or
 /// panicking round is logged as `what` and tried again at the next tick.
-pub(crate) async fn every<F, Fut>(
+pub(crate) async fn every<F, Fut, E>(
     interval: Duration,
     shutdown: CancellationToken,
     what: &'static str,
     mut round: F,
 ) where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
 {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -67,12 +68,31 @@ pub(crate) async fn every<F, Fut>(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = guard::round(what, round()).await {
-                    tracing::warn!(error = %e, "{what} failed; trying again next round");
+                match guard::catch_panic(what, round()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "{what} failed; trying again next round"),
+                    Err(e) => tracing::warn!(error = %e, "{what} failed; trying again next round"),
                 }
             }
         }
     }
+}
+
+/// Why a one-off command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Input(#[from] std::io::Error),
+    #[error("password: none given on standard input")]
+    NoPassword,
+    #[error(transparent)]
+    Create(#[from] users::CreateError),
+    #[error("the user was not created")]
+    NotCreated,
 }
 
 /// Runs a one-off command (`cadenza-admin users create …`); `input` gives the password.
@@ -80,7 +100,7 @@ pub async fn run_command(
     config: &AdminConfig,
     command: &config::AdminCommand,
     input: impl std::io::BufRead,
-) -> anyhow::Result<String> {
+) -> Result<String, CommandError> {
     let pool = db::pool(config.database_url.expose_secret(), 5_000)?;
     db::migrate(&pool).await?;
     match command {
@@ -93,7 +113,7 @@ pub async fn run_command(
                 .lines()
                 .next()
                 .transpose()?
-                .ok_or_else(|| anyhow::anyhow!("password: none given on standard input"))?;
+                .ok_or(CommandError::NoPassword)?;
             let user = users::NewUser {
                 name: name.clone(),
                 role: *role,
@@ -103,7 +123,7 @@ pub async fn run_command(
             let mut conn = pool.acquire().await?;
             let id = users::create(&mut conn, &user, false)
                 .await?
-                .ok_or_else(|| anyhow::anyhow!("the user was not created"))?;
+                .ok_or(CommandError::NotCreated)?;
             Ok(format!("created user {name} ({role}), id {id}"))
         }
     }

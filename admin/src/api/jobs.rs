@@ -22,7 +22,7 @@ use crate::outcome::NewRuns;
 use crate::schedule::JobSchedule;
 
 fn to_job(row: JobRow) -> ApiResult<Job> {
-    Ok(Job::try_from(row)?)
+    Job::try_from(row).map_err(ApiError::internal)
 }
 
 /// Children must exist and, for an existing job, not lead back to it. Concurrent updates of
@@ -109,7 +109,7 @@ pub(super) fn bind_spec<'q>(
     spec: &'q JobSpec,
     next_fire_at: Option<DateTime<Utc>>,
 ) -> ApiResult<sqlx::query::QueryAs<'q, Postgres, JobRow, sqlx::postgres::PgArguments>> {
-    let schedule = serde_json::to_value(&spec.schedule).map_err(anyhow::Error::from)?;
+    let schedule = serde_json::to_value(&spec.schedule).map_err(ApiError::internal)?;
     Ok(q.bind(&spec.name)
         .bind(spec.job_type.as_str())
         .bind(sqlx::types::Json(schedule))
@@ -254,7 +254,7 @@ pub async fn get(
 }
 
 fn as_json(job: &Job) -> ApiResult<Value> {
-    Ok(serde_json::to_value(job).map_err(anyhow::Error::from)?)
+    serde_json::to_value(job).map_err(ApiError::internal)
 }
 
 /// Stores a changed job. Runs of its schedule that were written ahead and not yet published are
@@ -371,7 +371,7 @@ pub async fn update(
         ));
     };
     let job = modify(&state, &p, "job.update", &id, |current| {
-        let mut merged = serde_json::to_value(&current.spec).map_err(anyhow::Error::from)?;
+        let mut merged = serde_json::to_value(&current.spec).map_err(ApiError::internal)?;
         if let Value::Object(m) = &mut merged {
             m.extend(patch);
         }

@@ -49,7 +49,7 @@ fn to_principal(found: Found, via: impl FnOnce(String) -> Via) -> ApiResult<Prin
     let role: Role = found
         .role
         .parse()
-        .map_err(|e: String| ApiError::from(anyhow::anyhow!(e)))?;
+        .map_err(|e: String| ApiError::internal(e))?;
     Ok(Principal {
         actor: found.name,
         user_id: Some(found.user_id),
@@ -275,7 +275,7 @@ pub async fn login(
     let given = req.password.clone();
     let ok = tokio::task::spawn_blocking(move || password::verify(&given, &phc))
         .await
-        .map_err(anyhow::Error::from)?;
+        .map_err(ApiError::internal)?;
     let user = match user {
         Some(u) if ok => u,
         _ => {
@@ -323,7 +323,7 @@ pub async fn login(
     let role = user
         .role
         .parse::<Role>()
-        .map_err(|e| anyhow::anyhow!("user {} has an unknown role: {e}", user.id))?;
+        .map_err(|e| ApiError::internal(format!("user {} has an unknown role: {e}", user.id)))?;
     let mut resp = Json(SignedIn {
         user: SessionUser {
             id: user.id,

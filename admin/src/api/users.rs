@@ -29,7 +29,7 @@ pub struct User {
 }
 
 fn as_json(u: &User) -> ApiResult<Value> {
-    Ok(serde_json::to_value(u).map_err(anyhow::Error::from)?)
+    serde_json::to_value(u).map_err(ApiError::internal)
 }
 
 const COLUMNS: &str = "id, name, role, job_types, created_at, updated_at";
@@ -88,7 +88,7 @@ pub async fn create(
     let mut tx = state.pool.begin().await?;
     let id = match users::create(&mut tx, &new, false).await {
         Ok(Some(id)) => id,
-        Ok(None) => return Err(anyhow::anyhow!("the user was not created").into()),
+        Ok(None) => return Err(ApiError::internal("the user was not created")),
         Err(CreateError::Invalid(e)) => return Err(e.into()),
         Err(CreateError::Exists(name)) => {
             return Err(ApiError::new(
@@ -97,7 +97,10 @@ pub async fn create(
                 format!("a user named {name:?} exists already"),
             ))
         }
-        Err(CreateError::Other(e)) => return Err(e.into()),
+        Err(CreateError::Database(e)) => return Err(e.into()),
+        Err(e @ (CreateError::Hash(_) | CreateError::Task(_))) => {
+            return Err(ApiError::internal(e))
+        }
     };
     let user: User = sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
         .bind(id)
@@ -151,7 +154,8 @@ pub async fn update(
             password::check(&pw).map_err(|m| ApiError::invalid("password", m))?;
             let hashed = tokio::task::spawn_blocking(move || password::hash(&pw))
                 .await
-                .map_err(anyhow::Error::from)??;
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?;
             Some(hashed)
         }
         None => None,
