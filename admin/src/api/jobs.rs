@@ -19,6 +19,7 @@ use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
 use crate::jobs::{Job, JobPatch, JobRow, JobSpec};
 use crate::outcome::NewRuns;
+use crate::route::WorkerId;
 use crate::schedule::JobSchedule;
 
 fn to_job(row: JobRow) -> ApiResult<Job> {
@@ -562,7 +563,7 @@ pub async fn trigger(
         Some(w) => {
             state
                 .registry
-                .check_requested(w, &job.spec.job_type, now)
+                .check_requested(&WorkerId(w.clone()), &job.spec.job_type, now)
                 .map_err(|e| ApiError::invalid("worker", e))?;
             1
         }

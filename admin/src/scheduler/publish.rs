@@ -183,7 +183,7 @@ impl Publisher {
             .bind(
                 routed
                     .iter()
-                    .map(|(_, r, _)| r.worker.clone())
+                    .map(|(_, r, _)| r.worker.as_ref().map(|w| w.0.clone()))
                     .collect::<Vec<_>>(),
             )
             .bind(routed.iter().map(|(_, _, e)| *e).collect::<Vec<_>>())
@@ -226,7 +226,7 @@ impl Publisher {
                 attempt: t.attempt,
                 shard_index: t.shard_index,
                 shard_total: t.shard_total,
-                routed_worker: route.worker.clone().map(cadenza_schemas::WorkerId),
+                routed_worker: route.worker.clone(),
                 route: Some(t.route),
                 published_at: now,
             });
