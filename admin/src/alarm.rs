@@ -181,7 +181,9 @@ pub struct AlarmRun {
 struct Claimed {
     id: i64,
     channel: String,
-    target: String,
+    /// A webhook URL (it often carries a token) or an e-mail address.
+    #[sqlx(try_from = "String")]
+    target: SecretString,
     attempts: i32,
     trigger_id: i64,
     job_id: i64,
@@ -318,8 +320,8 @@ impl AlarmSender {
             .inc();
         // A webhook URL often carries a token: the log shows its host only.
         let target = match a.channel.as_str() {
-            "webhook" => net_policy::url_host(&a.target),
-            _ => a.target.clone(),
+            "webhook" => net_policy::url_host(a.target.expose_secret()),
+            _ => a.target.expose_secret().to_owned(),
         };
         let stored = match &outcome {
             Ok(()) => {
@@ -348,7 +350,11 @@ impl AlarmSender {
 
     async fn post(&self, a: &Claimed) -> Result<(), String> {
         self.webhooks
-            .post(&a.target, &format!("cadenza-alarm-{}", a.id), &a.payload())
+            .post(
+                a.target.expose_secret(),
+                &format!("cadenza-alarm-{}", a.id),
+                &a.payload(),
+            )
             .await
     }
 
@@ -356,10 +362,12 @@ impl AlarmSender {
         let Some((mailer, from)) = &self.mailer else {
             return Err("no SMTP relay is configured (set CADENZA_SMTP_URL)".to_owned());
         };
-        let to: Mailbox = a
-            .target
-            .parse()
-            .map_err(|e| format!("{:?} is not an e-mail address: {e}", a.target))?;
+        let to: Mailbox = a.target.expose_secret().parse().map_err(|e| {
+            format!(
+                "{:?} is not an e-mail address: {e}",
+                a.target.expose_secret()
+            )
+        })?;
         let p = a.payload();
         let subject = format!(
             "[cadenza] {} run {} of job {} ({})",

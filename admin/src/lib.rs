@@ -16,28 +16,28 @@ macro_rules! sql {
     };
 }
 
-pub mod alarm;
+pub(crate) mod alarm;
 pub mod api;
-pub mod audit;
+pub(crate) mod audit;
 pub mod auth;
 pub mod cli;
 pub mod config;
-pub mod console;
+pub(crate) mod console;
 pub mod db;
-pub mod guard;
+pub(crate) mod guard;
 pub mod import;
-pub mod ingest;
-pub mod jobs;
+pub(crate) mod ingest;
+pub(crate) mod jobs;
 pub mod kafka;
-pub mod metrics;
-pub mod outcome;
-pub mod quartz;
-pub mod replay;
-pub mod retention;
+pub(crate) mod metrics;
+pub(crate) mod outcome;
+pub(crate) mod quartz;
+pub(crate) mod replay;
+pub(crate) mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
-pub mod users;
+pub(crate) mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -118,7 +118,7 @@ pub async fn run_command(
                 name: name.clone(),
                 role: *role,
                 job_types: job_types.clone(),
-                password: password.trim_end_matches(['\r', '\n']).to_owned(),
+                password: secrecy::SecretString::from(password.trim_end_matches(['\r', '\n'])),
             };
             let mut conn = pool.acquire().await?;
             let id = users::create(&mut conn, &user, false)

@@ -1,6 +1,7 @@
 //! Users in PostgreSQL: creating them (from `cadenza-admin users create`, the bootstrap
 //! variable or the API), with their names, roles and job-type patterns checked first.
 
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::{PgConnection, PgPool};
 
 use crate::auth::{check_pattern, password, Role};
@@ -15,7 +16,8 @@ pub struct NewUser {
     pub name: String,
     pub role: Role,
     pub job_types: Vec<String>,
-    pub password: String,
+    /// The password in plain text (only its hash is stored).
+    pub password: SecretString,
 }
 
 fn field(field: &str, message: impl Into<String>) -> FieldError {
@@ -49,7 +51,7 @@ impl NewUser {
                 "an admin sees every job type; give patterns to operators and viewers",
             ));
         }
-        password::check(&self.password).map_err(|m| field("password", m))
+        password::check(self.password.expose_secret()).map_err(|m| field("password", m))
     }
 }
 
@@ -89,7 +91,7 @@ pub async fn create(
 ) -> Result<Option<i64>, CreateError> {
     user.check().map_err(CreateError::Invalid)?;
     let plain = user.password.clone();
-    let hash = tokio::task::spawn_blocking(move || password::hash(&plain)).await??;
+    let hash = tokio::task::spawn_blocking(move || password::hash(plain.expose_secret())).await??;
     let sql = if only_if_none {
         "INSERT INTO users (name, role, job_types, password_hash)
          SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM users)
@@ -124,7 +126,7 @@ pub async fn bootstrap(pool: &PgPool, spec: &str) -> Result<(), BootstrapError> 
         name: name.to_owned(),
         role: Role::Admin,
         job_types: Vec::new(),
-        password: pass.to_owned(),
+        password: SecretString::from(pass),
     };
     let mut conn = pool.acquire().await?;
     match create(&mut conn, &user, true).await {

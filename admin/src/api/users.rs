@@ -6,6 +6,7 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -63,8 +64,8 @@ pub struct CreateUser {
     #[serde(default)]
     job_types: Vec<String>,
     /// 10 characters or more.
-    #[schema(format = Password, min_length = 10, max_length = 1024)]
-    password: String,
+    #[schema(value_type = String, format = Password, min_length = 10, max_length = 1024)]
+    password: SecretString,
 }
 
 /// Creates a user; its password is stored as an argon2id hash.
@@ -125,8 +126,8 @@ pub struct ChangeUser {
     role: Option<Role>,
     job_types: Option<Vec<String>>,
     /// A new password (at least 10 characters); ends the user's sessions.
-    #[schema(format = Password, min_length = 10, max_length = 1024)]
-    password: Option<String>,
+    #[schema(value_type = Option<String>, format = Password, min_length = 10, max_length = 1024)]
+    password: Option<SecretString>,
 }
 
 /// Changes a user's role, patterns or password.
@@ -151,8 +152,8 @@ pub async fn update(
     }
     let hash = match req.password {
         Some(pw) => {
-            password::check(&pw).map_err(|m| ApiError::invalid("password", m))?;
-            let hashed = tokio::task::spawn_blocking(move || password::hash(&pw))
+            password::check(pw.expose_secret()).map_err(|m| ApiError::invalid("password", m))?;
+            let hashed = tokio::task::spawn_blocking(move || password::hash(pw.expose_secret()))
                 .await
                 .map_err(ApiError::internal)?
                 .map_err(ApiError::internal)?;

@@ -13,13 +13,13 @@
 //! between routing and consumption, the partition's new owner runs it: `worker_id` on the run
 //! shows who did.
 
-pub mod broadcast;
-pub mod hash;
-pub mod history;
-pub mod ordered;
+pub(crate) mod broadcast;
+pub(crate) mod hash;
+pub(crate) mod history;
+pub(crate) mod ordered;
 pub mod registry;
-pub mod turn;
-pub mod usage;
+pub(crate) mod turn;
+pub(crate) mod usage;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
