@@ -27,7 +27,7 @@ pub mod db;
 pub(crate) mod guard;
 pub mod import;
 pub(crate) mod ingest;
-pub(crate) mod jobs;
+pub mod jobs;
 pub mod kafka;
 pub(crate) mod metrics;
 pub(crate) mod outcome;

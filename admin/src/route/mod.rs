@@ -2,10 +2,10 @@
 //!
 //! The candidates are the live workers ([`registry`]) that hold partitions of the job type's
 //! topic, sorted by worker id. The job's strategy picks one of them — a pure function of the
-//! job, the candidates and the job's [`history`] — and the run goes to one of that worker's
-//! partitions, taken in turn. Strategy families: [`ordered`] (`first`, `last`, `failover`,
-//! `busyover`), [`turn`] (`round`, `random`), [`hash`] (`consistent_hash`), [`usage`]
-//! (`least_frequently_used`, `least_recently_used`), [`broadcast`] (`sharding_broadcast`).
+//! job, the candidates and the job's `history` — and the run goes to one of that worker's
+//! partitions, taken in turn. Strategy families: `ordered` (`first`, `last`, `failover`,
+//! `busyover`), `turn` (`round`, `random`), `hash` (`consistent_hash`), `usage`
+//! (`least_frequently_used`, `least_recently_used`), `broadcast` (`sharding_broadcast`).
 //!
 //! A manual trigger that names a live worker goes to that worker. With no live worker the
 //! trigger goes to the partition its job id hashes to and waits there for a consumer; the run
