@@ -145,3 +145,20 @@ pub async fn bootstrap(pool: &PgPool, spec: &str) -> Result<(), BootstrapError> 
         Err(e) => Err(BootstrapError::Create(e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let user = NewUser {
+            name: "ada".into(),
+            role: Role::Viewer,
+            job_types: Vec::new(),
+            password: SecretString::from("correct horse battery"),
+        };
+        assert!(user.check().is_ok());
+        assert!(!format!("{user:?}").contains("correct horse"));
+    }
+}

@@ -272,6 +272,38 @@ mod tests {
     use crate::jobs::JobSpec;
 
     #[test]
+    fn broker_errors_map_to_their_status_and_code() {
+        let kafka = BrokerError::Kafka(rdkafka::error::KafkaError::Canceled);
+        let e = ApiError::from(kafka);
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::BrokerUnavailable
+            )
+        );
+        let e = ApiError::from(BrokerError::Database(sqlx::Error::PoolTimedOut));
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::DatabaseUnavailable
+            )
+        );
+        let e = ApiError::from(BrokerError::Database(sqlx::Error::RowNotFound));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal)
+        );
+        let e = ApiError::from(BrokerError::NoPartitions("t".into()));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal)
+        );
+        assert_eq!(e.message, "internal error; the admin's log has the details");
+    }
+
+    #[test]
     fn body_errors_name_the_field() {
         let e = parse_body::<JobSpec>(b"{").unwrap_err();
         assert_eq!(e.code, "malformed_json");

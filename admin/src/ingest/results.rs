@@ -472,6 +472,18 @@ mod tests {
     }
 
     #[test]
+    fn a_panic_is_a_refusal_and_an_unreachable_database_is_not() {
+        use super::StoreError;
+        let panicked = StoreError::Panicked(crate::guard::Panicked {
+            what: "storing results",
+            message: "boom".into(),
+        });
+        assert!(panicked.refused());
+        assert_eq!(panicked.to_string(), "storing results panicked: boom");
+        assert!(!StoreError::Database(sqlx::Error::PoolTimedOut).refused());
+    }
+
+    #[test]
     fn clip_keeps_the_tail() {
         assert_eq!(super::clip(Some("abcdef".into()), 3).unwrap(), "…def");
         assert_eq!(super::clip(Some("abc".into()), 3).unwrap(), "abc");
