@@ -89,7 +89,7 @@ pub struct WebhookClient {
 }
 
 impl WebhookClient {
-    pub fn new(config: &AlarmConfig) -> anyhow::Result<Self> {
+    pub fn new(config: &AlarmConfig) -> Result<Self, reqwest::Error> {
         let policy = config.policy();
         let http = policy
             .client_builder()
@@ -181,7 +181,9 @@ pub struct AlarmRun {
 struct Claimed {
     id: i64,
     channel: String,
-    target: String,
+    /// A webhook URL (it often carries a token) or an e-mail address.
+    #[sqlx(try_from = "String")]
+    target: SecretString,
     attempts: i32,
     trigger_id: i64,
     job_id: i64,
@@ -225,6 +227,21 @@ impl Claimed {
 
 type Mailer = AsyncSmtpTransport<Tokio1Executor>;
 
+/// Why the alarm settings cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AlarmSetupError {
+    /// The HTTP client for webhooks could not be built.
+    #[error(transparent)]
+    Webhooks(#[from] reqwest::Error),
+    #[error("CADENZA_SMTP_URL is not a usable SMTP URL: {0}")]
+    SmtpUrl(lettre::transport::smtp::Error),
+    #[error("CADENZA_ALARM_FROM {from:?} is not an e-mail address: {source}")]
+    From {
+        from: String,
+        source: lettre::address::AddressError,
+    },
+}
+
 pub struct AlarmSender {
     pool: PgPool,
     config: AlarmConfig,
@@ -233,21 +250,23 @@ pub struct AlarmSender {
 }
 
 impl AlarmSender {
-    pub fn new(pool: PgPool, config: AlarmConfig) -> anyhow::Result<Self> {
+    pub fn new(pool: PgPool, config: AlarmConfig) -> Result<Self, AlarmSetupError> {
         let webhooks = WebhookClient::new(&config)?;
         let mailer = match &config.smtp_url {
             None => None,
             Some(url) => {
                 let transport = Mailer::from_url(url.expose_secret())
-                    .map_err(|e| anyhow::anyhow!("CADENZA_SMTP_URL is not a usable SMTP URL: {e}"))?
+                    .map_err(AlarmSetupError::SmtpUrl)?
                     .timeout(Some(Duration::from_millis(config.timeout_ms)))
                     .build();
-                let from: Mailbox = config.alarm_from.parse().map_err(|e| {
-                    anyhow::anyhow!(
-                        "CADENZA_ALARM_FROM {:?} is not an e-mail address: {e}",
-                        config.alarm_from
-                    )
-                })?;
+                let from: Mailbox =
+                    config
+                        .alarm_from
+                        .parse()
+                        .map_err(|source| AlarmSetupError::From {
+                            from: config.alarm_from.clone(),
+                            source,
+                        })?;
                 Some((transport, from))
             }
         };
@@ -269,7 +288,7 @@ impl AlarmSender {
     }
 
     /// One round: claims due alarms and delivers them concurrently; returns how many it tried.
-    pub async fn run_once(&self) -> anyhow::Result<usize> {
+    pub async fn run_once(&self) -> Result<usize, sqlx::Error> {
         // Claimed for longer than an attempt can take, so no other admin sends it meanwhile.
         let hold_ms = self.config.timeout_ms.saturating_mul(2).max(1_000) as f64;
         let claimed: Vec<Claimed> = sqlx::query_as(sql!("alarms/claim"))
@@ -301,8 +320,8 @@ impl AlarmSender {
             .inc();
         // A webhook URL often carries a token: the log shows its host only.
         let target = match a.channel.as_str() {
-            "webhook" => net_policy::url_host(&a.target),
-            _ => a.target.clone(),
+            "webhook" => net_policy::url_host(a.target.expose_secret()),
+            _ => a.target.expose_secret().to_owned(),
         };
         let stored = match &outcome {
             Ok(()) => {
@@ -331,7 +350,11 @@ impl AlarmSender {
 
     async fn post(&self, a: &Claimed) -> Result<(), String> {
         self.webhooks
-            .post(&a.target, &format!("cadenza-alarm-{}", a.id), &a.payload())
+            .post(
+                a.target.expose_secret(),
+                &format!("cadenza-alarm-{}", a.id),
+                &a.payload(),
+            )
             .await
     }
 
@@ -339,10 +362,12 @@ impl AlarmSender {
         let Some((mailer, from)) = &self.mailer else {
             return Err("no SMTP relay is configured (set CADENZA_SMTP_URL)".to_owned());
         };
-        let to: Mailbox = a
-            .target
-            .parse()
-            .map_err(|e| format!("{:?} is not an e-mail address: {e}", a.target))?;
+        let to: Mailbox = a.target.expose_secret().parse().map_err(|e| {
+            format!(
+                "{:?} is not an e-mail address: {e}",
+                a.target.expose_secret()
+            )
+        })?;
         let p = a.payload();
         let subject = format!(
             "[cadenza] {} run {} of job {} ({})",

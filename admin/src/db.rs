@@ -31,30 +31,37 @@ pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
     MIGRATOR.run(pool).await
 }
 
+/// Why [`ensure_shard_count`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardCountError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// `cluster_settings` holds a shard count that is not a number.
+    #[error(transparent)]
+    Unreadable(#[from] std::num::ParseIntError),
+    #[error(
+        "CADENZA_SHARD_COUNT is {configured} but this cluster was created with {stored}; it is fixed once per cluster"
+    )]
+    Mismatch { configured: u32, stored: u32 },
+}
+
 /// Reads `shard_count` from `cluster_settings`, writing the configured one if this is a new
 /// cluster. A different configured value is an error: moving jobs between shards is not supported.
-pub async fn ensure_shard_count(pool: &PgPool, configured: u32) -> anyhow::Result<u32> {
-    sqlx::query(
-        "INSERT INTO cluster_settings (key, value) VALUES ('shard_count', $1) ON CONFLICT DO NOTHING",
-    )
-    .bind(configured.to_string())
-    .execute(pool)
-    .await?;
-    let stored: String =
-        sqlx::query_scalar("SELECT value FROM cluster_settings WHERE key = 'shard_count'")
-            .fetch_one(pool)
-            .await?;
+pub async fn ensure_shard_count(pool: &PgPool, configured: u32) -> Result<u32, ShardCountError> {
+    sqlx::query(sql!("settings/insert_shard_count"))
+        .bind(configured.to_string())
+        .execute(pool)
+        .await?;
+    let stored: String = sqlx::query_scalar(sql!("settings/get_shard_count"))
+        .fetch_one(pool)
+        .await?;
     let stored: u32 = stored.parse()?;
     if stored != configured {
-        anyhow::bail!(
-            "CADENZA_SHARD_COUNT is {configured} but this cluster was created with {stored}; it is fixed once per cluster"
-        );
+        return Err(ShardCountError::Mismatch { configured, stored });
     }
-    sqlx::query(
-        "INSERT INTO scheduler_lease (shard) SELECT generate_series(0, $1 - 1) ON CONFLICT DO NOTHING",
-    )
-    .bind(stored as i32)
-    .execute(pool)
-    .await?;
+    sqlx::query(sql!("settings/create_lease_rows"))
+        .bind(stored as i32)
+        .execute(pool)
+        .await?;
     Ok(stored)
 }

@@ -19,18 +19,32 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
+/// A round of a loop that panicked.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} panicked: {message}")]
+pub struct Panicked {
+    pub what: &'static str,
+    /// The panic's text.
+    pub message: String,
+}
+
+/// Runs `fut`, turning a panic inside it into [`Panicked`].
+pub async fn catch_panic<F: Future>(what: &'static str, fut: F) -> Result<F::Output, Panicked> {
+    AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .map_err(|panic| Panicked {
+            what,
+            message: panic_message(&*panic),
+        })
+}
+
 /// Runs one round of a loop; a panic inside it becomes an error (the loop logs it and goes on).
 pub async fn round<T, F>(what: &'static str, fut: F) -> anyhow::Result<T>
 where
     F: Future<Output = anyhow::Result<T>>,
 {
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(r) => r,
-        Err(panic) => Err(anyhow::anyhow!(
-            "{what} panicked: {}",
-            panic_message(&*panic)
-        )),
-    }
+    catch_panic(what, fut).await?
 }
 
 /// The pause after consecutive failures of a round: `base`, doubling up to `max`; one success

@@ -8,9 +8,16 @@ use serde::{Deserialize, Serialize};
 /// A scheduler shard, `0 .. shard_count` (a job's shard is `id % shard_count`). Stored as
 /// `int` in PostgreSQL, which has no unsigned types: [`ShardId::to_db`] and
 /// [`ShardId::from_db`] convert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ShardId(pub u32);
+
+/// The bare number, so that shard lists in logs read `[3, 7]`.
+impl fmt::Debug for ShardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// A shard number read from the database that is not one (negative).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -42,12 +49,17 @@ impl fmt::Display for ShardId {
 
 /// The epoch of a shard's lease: it grows each time the shard changes hands, and every write that
 /// depends on the lease names the epoch it was made under.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, sqlx::Type,
-)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, sqlx::Type)]
 #[serde(transparent)]
 #[sqlx(transparent)]
 pub struct LeaseEpoch(pub i64);
+
+/// The bare number, as in logs before it had a type.
+impl fmt::Debug for LeaseEpoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 impl fmt::Display for LeaseEpoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

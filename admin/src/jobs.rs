@@ -39,17 +39,6 @@ impl Backoff {
             Backoff::Exponential => "exponential",
         }
     }
-
-    /// The wait before retry `n` (1-based), in milliseconds.
-    pub fn delay_ms(self, base_ms: i64, max_ms: i64, n: u32) -> i64 {
-        match self {
-            Backoff::Fixed => base_ms,
-            Backoff::Exponential => {
-                let factor = 1i64.checked_shl(n.saturating_sub(1)).unwrap_or(i64::MAX);
-                base_ms.saturating_mul(factor).min(max_ms)
-            }
-        }
-    }
 }
 
 impl std::str::FromStr for Backoff {
@@ -422,10 +411,24 @@ pub struct JobRow {
     pub updated_at: DateTime<Utc>,
 }
 
-impl TryFrom<JobRow> for Job {
-    type Error = anyhow::Error;
+/// A `jobs` row that does not read back as a job.
+#[derive(Debug, thiserror::Error)]
+pub enum JobRowError {
+    #[error(transparent)]
+    JobType(#[from] cadenza_schemas::JobTypeError),
+    #[error(transparent)]
+    Schedule(#[from] serde_json::Error),
+    #[error(transparent)]
+    Strategy(#[from] cadenza_schemas::ParseEnumError),
+    /// `retry_backoff` is not a known back-off.
+    #[error("{0}")]
+    Backoff(String),
+}
 
-    fn try_from(r: JobRow) -> anyhow::Result<Job> {
+impl TryFrom<JobRow> for Job {
+    type Error = JobRowError;
+
+    fn try_from(r: JobRow) -> Result<Job, JobRowError> {
         Ok(Job {
             id: JobId(r.id),
             spec: JobSpec {
@@ -440,7 +443,7 @@ impl TryFrom<JobRow> for Job {
                 timeout_ms: r.timeout_ms,
                 retries: r.retries,
                 retry_backoff_ms: r.retry_backoff_ms,
-                retry_backoff: r.retry_backoff.parse().map_err(anyhow::Error::msg)?,
+                retry_backoff: r.retry_backoff.parse().map_err(JobRowError::Backoff)?,
                 retry_backoff_max_ms: r.retry_backoff_max_ms,
                 children: r.children.into_iter().map(JobId).collect(),
                 alarm_webhook: r.alarm_webhook,
@@ -472,18 +475,6 @@ mod tests {
         assert_eq!(s.misfire_threshold_ms, 5000);
         assert!(s.enabled);
         assert!(s.validate(Utc::now()).is_ok());
-    }
-
-    #[test]
-    fn backoff_grows_and_is_capped() {
-        assert_eq!(Backoff::Fixed.delay_ms(500, 1000, 7), 500);
-        let e = Backoff::Exponential;
-        let d: Vec<i64> = (1..=5).map(|n| e.delay_ms(500, 5000, n)).collect();
-        assert_eq!(d, vec![500, 1000, 2000, 4000, 5000]);
-        assert_eq!(
-            e.delay_ms(MAX_BACKOFF_MS, MAX_BACKOFF_MS, 100),
-            MAX_BACKOFF_MS
-        );
     }
 
     #[test]

@@ -16,6 +16,36 @@ use rdkafka::ClientConfig;
 use rdkafka::{Offset, TopicPartitionList};
 use sqlx::PgPool;
 
+/// Why a Kafka operation of the admin failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// The broker did not answer or refused the request.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    /// Recording a trigger topic in `job_types` failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("creating topic {topic} failed: {code}")]
+    CreateTopic {
+        topic: String,
+        code: RDKafkaErrorCode,
+    },
+    #[error("reading {topic}/{partition} through offset {last} took longer than {timeout:?}")]
+    ReadTimedOut {
+        topic: String,
+        partition: i32,
+        last: i64,
+        timeout: Duration,
+    },
+    #[error("topic {0} has no partitions")]
+    NoPartitions(String),
+    #[error(transparent)]
+    TooManyPartitions(#[from] std::num::TryFromIntError),
+    /// The blocking task that talked to the broker panicked.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// Settings of the admin's Kafka clients.
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
@@ -46,8 +76,8 @@ fn base_config(brokers: &str) -> ClientConfig {
 }
 
 /// The idempotent producer for triggers, fences and DLQ records.
-fn new_producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
-    Ok(base_config(&settings.brokers)
+fn new_producer(settings: &KafkaSettings) -> Result<FutureProducer, KafkaError> {
+    base_config(&settings.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "1")
@@ -59,7 +89,7 @@ fn new_producer(settings: &KafkaSettings) -> anyhow::Result<FutureProducer> {
             "request.timeout.ms",
             settings.message_timeout_ms.to_string(),
         )
-        .create()?)
+        .create()
 }
 
 /// A record read back from a trigger topic.
@@ -81,7 +111,7 @@ impl KafkaClients {
         start: Option<i64>,
         last: i64,
         timeout: Duration,
-    ) -> anyhow::Result<Vec<ReadRecord>> {
+    ) -> Result<Vec<ReadRecord>, BrokerError> {
         self.scan_partition(topic, partition, start, last, timeout, Vec::push)
             .await
     }
@@ -97,7 +127,7 @@ impl KafkaClients {
         last: i64,
         timeout: Duration,
         visit: F,
-    ) -> anyhow::Result<S>
+    ) -> Result<S, BrokerError>
     where
         S: Default + Send + 'static,
         F: FnMut(&mut S, ReadRecord) + Send + 'static,
@@ -128,9 +158,12 @@ impl KafkaClients {
             }
             loop {
                 if std::time::Instant::now() > deadline {
-                    anyhow::bail!(
-                        "reading {topic}/{partition} through offset {last} took longer than {timeout:?}"
-                    );
+                    return Err(BrokerError::ReadTimedOut {
+                        topic,
+                        partition,
+                        last,
+                        timeout,
+                    });
                 }
                 let Some(msg) = consumer.poll(Duration::from_millis(100)) else {
                     continue;
@@ -143,9 +176,9 @@ impl KafkaClients {
                 visit(
                     &mut state,
                     ReadRecord {
-                    offset,
-                    record: msg
-                        .payload()
+                        offset,
+                        record: msg
+                            .payload()
                             .and_then(|p| serde_json::from_slice::<TriggerRecord>(p).ok()),
                     },
                 );
@@ -209,7 +242,7 @@ impl KafkaClients {
         }
     }
 
-    pub fn new(settings: KafkaSettings) -> anyhow::Result<Self> {
+    pub fn new(settings: KafkaSettings) -> Result<Self, KafkaError> {
         let producer = new_producer(&settings)?;
         let admin: AdminClient<DefaultClientContext> = base_config(&settings.brokers).create()?;
         Ok(Self {
@@ -222,7 +255,11 @@ impl KafkaClients {
     }
 
     /// A consumer for one of the admin's ingest loops.
-    pub fn consumer(&self, group: &str, extra: &[(&str, &str)]) -> anyhow::Result<StreamConsumer> {
+    pub fn consumer(
+        &self,
+        group: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<StreamConsumer, KafkaError> {
         let mut c = base_config(&self.settings.brokers);
         c.set("group.id", group)
             .set("enable.auto.commit", "false")
@@ -234,7 +271,7 @@ impl KafkaClients {
         for (k, v) in extra {
             c.set(*k, *v);
         }
-        Ok(c.create()?)
+        c.create()
     }
 
     pub fn topics(&self) -> &Topics {
@@ -246,7 +283,7 @@ impl KafkaClients {
         name: &str,
         partitions: i32,
         compacted: bool,
-    ) -> anyhow::Result<bool> {
+    ) -> Result<bool, BrokerError> {
         let mut topic = NewTopic::new(
             name,
             partitions,
@@ -260,13 +297,13 @@ impl KafkaClients {
         match results.into_iter().next() {
             Some(Ok(_)) => Ok(true),
             Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) | None => Ok(false),
-            Some(Err((t, code))) => anyhow::bail!("creating topic {t} failed: {code}"),
+            Some(Err((topic, code))) => Err(BrokerError::CreateTopic { topic, code }),
         }
     }
 
     /// Creates the results, workers (compacted), DLQ and worker progress topics if they do not
     /// exist (workers create the progress topic too when they start first).
-    pub async fn ensure_base_topics(&self) -> anyhow::Result<()> {
+    pub async fn ensure_base_topics(&self) -> Result<(), BrokerError> {
         let t = self.topics();
         let parts = self.settings.trigger_partitions;
         self.create_topic(&t.results(), parts, false).await?;
@@ -282,7 +319,7 @@ impl KafkaClients {
         &self,
         pool: &PgPool,
         job_type: &JobType,
-    ) -> anyhow::Result<i32> {
+    ) -> Result<i32, BrokerError> {
         if let Some(p) = self.cached_partitions(job_type) {
             return Ok(p);
         }
@@ -345,7 +382,7 @@ impl KafkaClients {
     /// The partition count of an existing topic. One that another client has just created
     /// (a worker at its start, another admin) may take a moment to show on every broker: asked
     /// again for up to 5 s.
-    async fn fetch_partition_count(&self, topic: &str) -> anyhow::Result<i32> {
+    async fn fetch_partition_count(&self, topic: &str) -> Result<i32, BrokerError> {
         let producer = self.producer();
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {
@@ -364,7 +401,7 @@ impl KafkaClients {
                     return Ok(i32::try_from(n)?);
                 }
                 if std::time::Instant::now() >= deadline {
-                    anyhow::bail!("topic {topic} has no partitions");
+                    return Err(BrokerError::NoPartitions(topic));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }

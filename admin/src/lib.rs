@@ -16,29 +16,29 @@ macro_rules! sql {
     };
 }
 
-pub mod alarm;
+pub(crate) mod alarm;
 pub mod api;
-pub mod audit;
+pub(crate) mod audit;
 pub mod auth;
 pub mod config;
-pub mod console;
+pub(crate) mod console;
 pub mod db;
-pub mod guard;
+pub(crate) mod guard;
 pub mod ids;
-pub mod import;
-pub mod ingest;
-pub mod jobs;
+pub(crate) mod import;
+pub(crate) mod ingest;
+pub(crate) mod jobs;
 pub mod kafka;
-pub mod metrics;
-pub mod outcome;
-pub mod quartz;
-pub mod replay;
-pub mod retention;
+pub(crate) mod metrics;
+pub(crate) mod outcome;
+pub(crate) mod quartz;
+pub(crate) mod replay;
+pub(crate) mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
 pub mod trigger;
-pub mod users;
+pub(crate) mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,14 +53,15 @@ use crate::kafka::{KafkaClients, KafkaSettings};
 
 /// Calls `round` every `interval` (a late round delays the next) until `shutdown`; a failed or
 /// panicking round is logged as `what` and tried again at the next tick.
-pub(crate) async fn every<F, Fut>(
+pub(crate) async fn every<F, Fut, E>(
     interval: Duration,
     shutdown: CancellationToken,
     what: &'static str,
     mut round: F,
 ) where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<()>>,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
 {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -68,12 +69,31 @@ pub(crate) async fn every<F, Fut>(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {
-                if let Err(e) = guard::round(what, round()).await {
-                    tracing::warn!(error = %e, "{what} failed; trying again next round");
+                match guard::catch_panic(what, round()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "{what} failed; trying again next round"),
+                    Err(e) => tracing::warn!(error = %e, "{what} failed; trying again next round"),
                 }
             }
         }
     }
+}
+
+/// Why a one-off command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Input(#[from] std::io::Error),
+    #[error("password: none given on standard input")]
+    NoPassword,
+    #[error(transparent)]
+    Create(#[from] users::CreateError),
+    #[error("the user was not created")]
+    NotCreated,
 }
 
 /// Runs a one-off command (`cadenza-admin users create …`); `input` gives the password.
@@ -81,7 +101,7 @@ pub async fn run_command(
     config: &AdminConfig,
     command: &config::AdminCommand,
     input: impl std::io::BufRead,
-) -> anyhow::Result<String> {
+) -> Result<String, CommandError> {
     let pool = db::pool(config.database_url.expose_secret(), 5_000)?;
     db::migrate(&pool).await?;
     match command {
@@ -94,17 +114,17 @@ pub async fn run_command(
                 .lines()
                 .next()
                 .transpose()?
-                .ok_or_else(|| anyhow::anyhow!("password: none given on standard input"))?;
+                .ok_or(CommandError::NoPassword)?;
             let user = users::NewUser {
                 name: name.clone(),
                 role: *role,
                 job_types: job_types.clone(),
-                password: password.trim_end_matches(['\r', '\n']).to_owned(),
+                password: secrecy::SecretString::from(password.trim_end_matches(['\r', '\n'])),
             };
             let mut conn = pool.acquire().await?;
             let id = users::create(&mut conn, &user, false)
                 .await?
-                .ok_or_else(|| anyhow::anyhow!("the user was not created"))?;
+                .ok_or(CommandError::NotCreated)?;
             Ok(format!("created user {name} ({role}), id {id}"))
         }
     }

@@ -107,7 +107,7 @@ pub enum ReplayError {
     #[error(transparent)]
     Database(#[from] sqlx::Error),
     #[error("reading the topic failed: {0}")]
-    Broker(anyhow::Error),
+    Broker(crate::kafka::BrokerError),
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ReplayError {

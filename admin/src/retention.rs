@@ -54,15 +54,26 @@ pub struct Retention {
     config: RetentionConfig,
 }
 
+/// Why a maintenance round failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// `trigger_partitions` names a table that is not a partition of `triggers`: it is not put
+    /// into DDL.
+    #[error("unexpected partition name {0:?}")]
+    UnexpectedName(String),
+}
+
 /// A partition name from `trigger_partitions`, checked before it is put into DDL.
-fn checked_name(name: &str) -> anyhow::Result<&str> {
+fn checked_name(name: &str) -> Result<&str, RetentionError> {
     let ok = name
         .strip_prefix("triggers_b")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     if ok {
         Ok(name)
     } else {
-        anyhow::bail!("unexpected partition name {name:?}")
+        Err(RetentionError::UnexpectedName(name.to_owned()))
     }
 }
 
@@ -72,7 +83,7 @@ impl Retention {
     }
 
     /// One round, if no other admin is doing one.
-    pub async fn run_once(&self) -> anyhow::Result<Maintenance> {
+    pub async fn run_once(&self) -> Result<Maintenance, RetentionError> {
         let mut conn = self.pool.acquire().await?;
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(LOCK_KEY)
@@ -93,7 +104,7 @@ impl Retention {
         done
     }
 
-    async fn work(&self, conn: &mut PgConnection) -> anyhow::Result<Maintenance> {
+    async fn work(&self, conn: &mut PgConnection) -> Result<Maintenance, RetentionError> {
         let mut out = Maintenance::default();
         let due: Option<bool> = sqlx::query_scalar(sql!("retention/roll_due"))
             .bind(self.config.partition_ms as f64)

@@ -26,7 +26,7 @@ fn err(field: &'static str, message: impl Into<String>) -> ScheduleError {
     }
 }
 
-/// A Quartz cron expression (see [`crate::quartz`]) in a time zone.
+/// A Quartz cron expression (parsed by the crate's `quartz` module) in a time zone.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     expr: QuartzCron,

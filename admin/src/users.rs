@@ -1,6 +1,7 @@
 //! Users in PostgreSQL: creating them (from `cadenza-admin users create`, the bootstrap
 //! variable or the API), with their names, roles and job-type patterns checked first.
 
+use secrecy::{ExposeSecret, SecretString};
 use sqlx::{PgConnection, PgPool};
 
 use crate::auth::{check_pattern, password, Role};
@@ -15,7 +16,8 @@ pub struct NewUser {
     pub name: String,
     pub role: Role,
     pub job_types: Vec<String>,
-    pub password: String,
+    /// The password in plain text (only its hash is stored).
+    pub password: SecretString,
 }
 
 fn field(field: &str, message: impl Into<String>) -> FieldError {
@@ -49,7 +51,7 @@ impl NewUser {
                 "an admin sees every job type; give patterns to operators and viewers",
             ));
         }
-        password::check(&self.password).map_err(|m| field("password", m))
+        password::check(self.password.expose_secret()).map_err(|m| field("password", m))
     }
 }
 
@@ -61,7 +63,23 @@ pub enum CreateError {
     #[error("a user named {0:?} exists already")]
     Exists(String),
     #[error(transparent)]
-    Other(#[from] anyhow::Error),
+    Hash(#[from] password::HashError),
+    /// The task that hashed the password panicked.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Why `CADENZA_BOOTSTRAP_ADMIN` could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("CADENZA_BOOTSTRAP_ADMIN must be NAME:PASSWORD")]
+    Format,
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error("CADENZA_BOOTSTRAP_ADMIN: {0}")]
+    Create(CreateError),
 }
 
 /// Hashes the password and inserts the user; its id. `only_if_none`: insert only when the table
@@ -73,9 +91,7 @@ pub async fn create(
 ) -> Result<Option<i64>, CreateError> {
     user.check().map_err(CreateError::Invalid)?;
     let plain = user.password.clone();
-    let hash = tokio::task::spawn_blocking(move || password::hash(&plain))
-        .await
-        .map_err(anyhow::Error::from)??;
+    let hash = tokio::task::spawn_blocking(move || password::hash(plain.expose_secret())).await??;
     let sql = if only_if_none {
         "INSERT INTO users (name, role, job_types, password_hash)
          SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM users)
@@ -96,21 +112,21 @@ pub async fn create(
         Err(sqlx::Error::Database(e)) if e.constraint() == Some("users_name") => {
             Err(CreateError::Exists(user.name.clone()))
         }
-        Err(e) => Err(CreateError::Other(e.into())),
+        Err(e) => Err(CreateError::Database(e)),
     }
 }
 
 /// `CADENZA_BOOTSTRAP_ADMIN` (`name:password`): the first admin, created when the users table is
 /// empty; ignored (with a log line) once any user exists.
-pub async fn bootstrap(pool: &PgPool, spec: &str) -> anyhow::Result<()> {
+pub async fn bootstrap(pool: &PgPool, spec: &str) -> Result<(), BootstrapError> {
     let Some((name, pass)) = spec.split_once(':') else {
-        anyhow::bail!("CADENZA_BOOTSTRAP_ADMIN must be NAME:PASSWORD");
+        return Err(BootstrapError::Format);
     };
     let user = NewUser {
         name: name.to_owned(),
         role: Role::Admin,
         job_types: Vec::new(),
-        password: pass.to_owned(),
+        password: SecretString::from(pass),
     };
     let mut conn = pool.acquire().await?;
     match create(&mut conn, &user, true).await {
@@ -126,6 +142,23 @@ pub async fn bootstrap(pool: &PgPool, spec: &str) -> anyhow::Result<()> {
             tracing::info!("users exist: CADENZA_BOOTSTRAP_ADMIN is ignored (remove it)");
             Ok(())
         }
-        Err(e) => Err(anyhow::anyhow!("CADENZA_BOOTSTRAP_ADMIN: {e}")),
+        Err(e) => Err(BootstrapError::Create(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let user = NewUser {
+            name: "ada".into(),
+            role: Role::Viewer,
+            job_types: Vec::new(),
+            password: SecretString::from("correct horse battery"),
+        };
+        assert!(user.check().is_ok());
+        assert!(!format!("{user:?}").contains("correct horse"));
     }
 }

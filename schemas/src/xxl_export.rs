@@ -151,6 +151,33 @@ pub fn rows_schema() -> utoipa::openapi::schema::Array {
 mod tests {
     use super::*;
 
+    fn row(v: serde_json::Value) -> Row {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_the_columns_read_are_sent() {
+        let bean = columns_read(
+            &row(
+                serde_json::json!({"id": 1, "glue_type": "BEAN", "glue_source": "big",
+                "author": "x", "executor_handler": "h"}),
+            ),
+            false,
+        );
+        assert!(!bean.contains_key("glue_source") && !bean.contains_key("author"));
+        assert!(bean.contains_key("executor_handler"));
+        let shell = columns_read(
+            &row(serde_json::json!({"id": 1, " GLUE_TYPE": "glue_shell", "glue_source": "echo"})),
+            false,
+        );
+        assert!(shell.contains_key("glue_source"));
+        let group = columns_read(
+            &row(serde_json::json!({"id": 1, "app_name": "a", "x": 2})),
+            true,
+        );
+        assert_eq!(group.len(), 2);
+    }
+
     #[test]
     fn cells_are_text_numbers_or_null() {
         let row: Row =

@@ -1,6 +1,6 @@
--- Inside a scheduling transaction: the shards still held by $1 at the given epochs. FOR SHARE
--- keeps a concurrent takeover from committing until this transaction ends.
-SELECT l.shard
+-- Inside a scheduling transaction: the shards still held by $1 at the given epochs, with their
+-- epoch. FOR SHARE keeps a concurrent takeover from committing until this transaction ends.
+SELECT l.shard, l.epoch
 FROM scheduler_lease l
 JOIN UNNEST($2::int[], $3::bigint[]) AS mine (shard, epoch) ON mine.shard = l.shard
 WHERE l.holder = $1 AND l.epoch = mine.epoch AND l.expires_at > now()

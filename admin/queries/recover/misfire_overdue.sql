@@ -17,5 +17,7 @@ SET status = 'misfired', finished_at = now(), updated_at = now(),
               || ' ms) while no admin could publish it; misfire strategy ' || o.misfire
 FROM overdue o
 WHERE t.id = o.id
+  -- Again here: a run the publisher marked `publishing` meanwhile keeps that status.
+  AND t.status = 'scheduled'
   AND (o.misfire = 'do_nothing' OR (o.misfire = 'fire_once_now' AND o.newest > 1))
 RETURNING t.id

@@ -7,6 +7,7 @@ use axum::Json;
 use serde::Serialize;
 
 use crate::jobs::FieldError;
+use crate::kafka::BrokerError;
 
 /// Every `error.code` the API answers with. The code is stable; the message may change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -151,7 +152,8 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, ErrorCode::Forbidden, message)
     }
 
-    fn internal(e: impl std::fmt::Display) -> Self {
+    /// `500 internal`: a defect; `e` goes to the log, not to the client.
+    pub(crate) fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "request failed");
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -183,26 +185,28 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
-impl From<anyhow::Error> for ApiError {
-    fn from(e: anyhow::Error) -> Self {
-        if let Some(sqlx) = e.downcast_ref::<sqlx::Error>() {
-            if matches!(sqlx, sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) {
-                return ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    ErrorCode::DatabaseUnavailable,
-                    "the database is not reachable; try again shortly",
-                );
-            }
+impl From<rdkafka::error::KafkaError> for ApiError {
+    fn from(e: rdkafka::error::KafkaError) -> Self {
+        tracing::error!(error = %e, "broker unavailable");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::BrokerUnavailable,
+            "the Kafka broker did not answer; try again shortly",
+        )
+    }
+}
+
+impl From<BrokerError> for ApiError {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::Kafka(e) => e.into(),
+            BrokerError::Database(e) => e.into(),
+            e @ (BrokerError::CreateTopic { .. }
+            | BrokerError::ReadTimedOut { .. }
+            | BrokerError::NoPartitions(_)
+            | BrokerError::TooManyPartitions(_)
+            | BrokerError::Task(_)) => ApiError::internal(e),
         }
-        if e.downcast_ref::<rdkafka::error::KafkaError>().is_some() {
-            tracing::error!(error = %e, "broker unavailable");
-            return ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::BrokerUnavailable,
-                "the Kafka broker did not answer; try again shortly",
-            );
-        }
-        ApiError::internal(e)
     }
 }
 
@@ -266,6 +270,38 @@ pub type ApiResult<T> = Result<T, ApiError>;
 mod tests {
     use super::*;
     use crate::jobs::JobSpec;
+
+    #[test]
+    fn broker_errors_map_to_their_status_and_code() {
+        let kafka = BrokerError::Kafka(rdkafka::error::KafkaError::Canceled);
+        let e = ApiError::from(kafka);
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::BrokerUnavailable
+            )
+        );
+        let e = ApiError::from(BrokerError::Database(sqlx::Error::PoolTimedOut));
+        assert_eq!(
+            (e.status, e.code),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::DatabaseUnavailable
+            )
+        );
+        let e = ApiError::from(BrokerError::Database(sqlx::Error::RowNotFound));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal)
+        );
+        let e = ApiError::from(BrokerError::NoPartitions("t".into()));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal)
+        );
+        assert_eq!(e.message, "internal error; the admin's log has the details");
+    }
 
     #[test]
     fn body_errors_name_the_field() {

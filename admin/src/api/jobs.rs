@@ -19,10 +19,11 @@ use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
 use crate::jobs::{Job, JobPatch, JobRow, JobSpec};
 use crate::outcome::NewRuns;
+use crate::route::WorkerId;
 use crate::schedule::JobSchedule;
 
 fn to_job(row: JobRow) -> ApiResult<Job> {
-    Ok(Job::try_from(row)?)
+    Job::try_from(row).map_err(ApiError::internal)
 }
 
 /// Children must exist and, for an existing job, not lead back to it. Concurrent updates of
@@ -109,7 +110,7 @@ pub(super) fn bind_spec<'q>(
     spec: &'q JobSpec,
     next_fire_at: Option<DateTime<Utc>>,
 ) -> ApiResult<sqlx::query::QueryAs<'q, Postgres, JobRow, sqlx::postgres::PgArguments>> {
-    let schedule = serde_json::to_value(&spec.schedule).map_err(anyhow::Error::from)?;
+    let schedule = serde_json::to_value(&spec.schedule).map_err(ApiError::internal)?;
     Ok(q.bind(&spec.name)
         .bind(spec.job_type.as_str())
         .bind(sqlx::types::Json(schedule))
@@ -254,7 +255,7 @@ pub async fn get(
 }
 
 fn as_json(job: &Job) -> ApiResult<Value> {
-    Ok(serde_json::to_value(job).map_err(anyhow::Error::from)?)
+    serde_json::to_value(job).map_err(ApiError::internal)
 }
 
 /// Stores a changed job. Runs of its schedule that were written ahead and not yet published are
@@ -371,7 +372,7 @@ pub async fn update(
         ));
     };
     let job = modify(&state, &p, "job.update", &id, |current| {
-        let mut merged = serde_json::to_value(&current.spec).map_err(anyhow::Error::from)?;
+        let mut merged = serde_json::to_value(&current.spec).map_err(ApiError::internal)?;
         if let Value::Object(m) = &mut merged {
             m.extend(patch);
         }
@@ -562,7 +563,7 @@ pub async fn trigger(
         Some(w) => {
             state
                 .registry
-                .check_requested(w, &job.spec.job_type, now)
+                .check_requested(&WorkerId(w.clone()), &job.spec.job_type, now)
                 .map_err(|e| ApiError::invalid("worker", e))?;
             1
         }

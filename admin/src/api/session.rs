@@ -6,7 +6,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use secrecy::ExposeSecret;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 use super::{parse_body, ApiError, ApiResult, AppState, ErrorBody, ErrorCode, Shared};
@@ -49,7 +49,7 @@ fn to_principal(found: Found, via: impl FnOnce(String) -> Via) -> ApiResult<Prin
     let role: Role = found
         .role
         .parse()
-        .map_err(|e: String| ApiError::from(anyhow::anyhow!(e)))?;
+        .map_err(|e: String| ApiError::internal(e))?;
     Ok(Principal {
         actor: found.name,
         user_id: Some(found.user_id),
@@ -93,7 +93,9 @@ pub(super) async fn principal(state: &AppState, headers: &HeaderMap) -> ApiResul
             .fetch_optional(&state.pool)
             .await?;
         return match found {
-            Some(found) => to_principal(found, |csrf| Via::Session { csrf }),
+            Some(found) => to_principal(found, |csrf| Via::Session {
+                csrf: SecretString::from(csrf),
+            }),
             None => Err(ApiError::unauthorized(
                 "the session has ended: sign in again (POST /api/session)",
             )),
@@ -116,7 +118,7 @@ pub(super) fn check_csrf(principal: &Principal, headers: &HeaderMap) -> ApiResul
         .get(CSRF_HEADER)
         .map(HeaderValue::as_bytes)
         .unwrap_or_default();
-    if secret::same(given, csrf.as_bytes()) {
+    if secret::same(given, csrf.expose_secret().as_bytes()) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -133,8 +135,8 @@ pub(super) fn check_csrf(principal: &Principal, headers: &HeaderMap) -> ApiResul
 pub struct Login {
     /// The user's name (not case-sensitive).
     name: String,
-    #[schema(format = Password)]
-    password: String,
+    #[schema(value_type = String, format = Password)]
+    password: SecretString,
 }
 
 /// The user a session belongs to.
@@ -273,9 +275,9 @@ pub async fn login(
         .as_ref()
         .map_or_else(|| password::decoy().to_owned(), |u| u.password_hash.clone());
     let given = req.password.clone();
-    let ok = tokio::task::spawn_blocking(move || password::verify(&given, &phc))
+    let ok = tokio::task::spawn_blocking(move || password::verify(given.expose_secret(), &phc))
         .await
-        .map_err(anyhow::Error::from)?;
+        .map_err(ApiError::internal)?;
     let user = match user {
         Some(u) if ok => u,
         _ => {
@@ -323,7 +325,7 @@ pub async fn login(
     let role = user
         .role
         .parse::<Role>()
-        .map_err(|e| anyhow::anyhow!("user {} has an unknown role: {e}", user.id))?;
+        .map_err(|e| ApiError::internal(format!("user {} has an unknown role: {e}", user.id)))?;
     let mut resp = Json(SignedIn {
         user: SessionUser {
             id: user.id,

@@ -282,9 +282,9 @@ pub async fn cancel(
                 by: by.clone(),
                 requested_at: Utc::now(),
             });
-            let payload = serde_json::to_vec(&record).map_err(anyhow::Error::from)?;
+            let payload = serde_json::to_vec(&record).map_err(ApiError::internal)?;
             let job_type_id =
-                cadenza_schemas::JobType::parse(&job_type).map_err(anyhow::Error::from)?;
+                cadenza_schemas::JobType::parse(&job_type).map_err(ApiError::internal)?;
             let topic = state.kafka.topics().trigger(&job_type_id);
             let key = job_id.to_string();
             let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
@@ -304,7 +304,7 @@ pub async fn cancel(
                     rdkafka::util::Timeout::After(std::time::Duration::from_secs(10)),
                 )
                 .await
-                .map_err(|(e, _)| anyhow::Error::from(e))?;
+                .map_err(|(e, _)| ApiError::from(e))?;
             sqlx::query(sql!("triggers/cancel_requested"))
                 .bind(id)
                 .bind(&by)

@@ -6,6 +6,7 @@ use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -29,7 +30,7 @@ pub struct User {
 }
 
 fn as_json(u: &User) -> ApiResult<Value> {
-    Ok(serde_json::to_value(u).map_err(anyhow::Error::from)?)
+    serde_json::to_value(u).map_err(ApiError::internal)
 }
 
 const COLUMNS: &str = "id, name, role, job_types, created_at, updated_at";
@@ -63,8 +64,8 @@ pub struct CreateUser {
     #[serde(default)]
     job_types: Vec<String>,
     /// 10 characters or more.
-    #[schema(format = Password, min_length = 10, max_length = 1024)]
-    password: String,
+    #[schema(value_type = String, format = Password, min_length = 10, max_length = 1024)]
+    password: SecretString,
 }
 
 /// Creates a user; its password is stored as an argon2id hash.
@@ -88,7 +89,7 @@ pub async fn create(
     let mut tx = state.pool.begin().await?;
     let id = match users::create(&mut tx, &new, false).await {
         Ok(Some(id)) => id,
-        Ok(None) => return Err(anyhow::anyhow!("the user was not created").into()),
+        Ok(None) => return Err(ApiError::internal("the user was not created")),
         Err(CreateError::Invalid(e)) => return Err(e.into()),
         Err(CreateError::Exists(name)) => {
             return Err(ApiError::new(
@@ -97,7 +98,10 @@ pub async fn create(
                 format!("a user named {name:?} exists already"),
             ))
         }
-        Err(CreateError::Other(e)) => return Err(e.into()),
+        Err(CreateError::Database(e)) => return Err(e.into()),
+        Err(e @ (CreateError::Hash(_) | CreateError::Task(_))) => {
+            return Err(ApiError::internal(e))
+        }
     };
     let user: User = sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
         .bind(id)
@@ -122,8 +126,8 @@ pub struct ChangeUser {
     role: Option<Role>,
     job_types: Option<Vec<String>>,
     /// A new password (at least 10 characters); ends the user's sessions.
-    #[schema(format = Password, min_length = 10, max_length = 1024)]
-    password: Option<String>,
+    #[schema(value_type = Option<String>, format = Password, min_length = 10, max_length = 1024)]
+    password: Option<SecretString>,
 }
 
 /// Changes a user's role, patterns or password.
@@ -148,10 +152,11 @@ pub async fn update(
     }
     let hash = match req.password {
         Some(pw) => {
-            password::check(&pw).map_err(|m| ApiError::invalid("password", m))?;
-            let hashed = tokio::task::spawn_blocking(move || password::hash(&pw))
+            password::check(pw.expose_secret()).map_err(|m| ApiError::invalid("password", m))?;
+            let hashed = tokio::task::spawn_blocking(move || password::hash(pw.expose_secret()))
                 .await
-                .map_err(anyhow::Error::from)??;
+                .map_err(ApiError::internal)?
+                .map_err(ApiError::internal)?;
             Some(hashed)
         }
         None => None,

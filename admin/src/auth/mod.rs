@@ -13,13 +13,14 @@
 //! [`rules`]; job-type scope is checked where the job type is known, through
 //! [`Principal::require`].
 
-pub mod password;
+pub(crate) mod password;
 pub mod rules;
-pub mod secret;
+pub(crate) mod secret;
 
 use std::fmt;
 use std::str::FromStr;
 
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 /// A user's role: `viewer` reads, `operator` also writes jobs (both within their job-type
@@ -122,14 +123,14 @@ pub fn like_pattern(pattern: &str) -> String {
 }
 
 /// How the request proved who it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Via {
     /// `CADENZA_API_TOKEN`, or no token configured (an admin on loopback only).
     Service,
     /// A personal API token (its id).
     Token(i64),
     /// A console session cookie; writes must carry its CSRF token.
-    Session { csrf: String },
+    Session { csrf: SecretString },
 }
 
 /// Who makes a request.

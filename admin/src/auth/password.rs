@@ -39,16 +39,33 @@ pub fn check(password: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Hashing a password failed (a defect: the salt or the Argon2 parameters were refused).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {message}")]
+pub struct HashError {
+    what: &'static str,
+    message: String,
+}
+
+impl HashError {
+    fn new(what: &'static str, e: impl std::fmt::Display) -> Self {
+        Self {
+            what,
+            message: e.to_string(),
+        }
+    }
+}
+
 /// The PHC string of `password` with a fresh salt. CPU-heavy (tens of ms): call it off the
 /// async executor.
-pub fn hash(password: &str) -> anyhow::Result<String> {
+pub fn hash(password: &str) -> Result<String, HashError> {
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
-    let salt = SaltString::encode_b64(&salt).map_err(|e| anyhow::anyhow!("salt: {e}"))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| HashError::new("salt", e))?;
     let hashed = hasher()
-        .map_err(|e| anyhow::anyhow!("argon2 parameters: {e}"))?
+        .map_err(|e| HashError::new("argon2 parameters", e))?
         .hash_password(password.as_bytes(), &salt)
-        .map_err(|e| anyhow::anyhow!("hashing a password: {e}"))?;
+        .map_err(|e| HashError::new("hashing a password", e))?;
     Ok(hashed.to_string())
 }
 

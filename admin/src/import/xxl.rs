@@ -27,10 +27,7 @@ use crate::jobs::{
     Backoff, FieldError, JobSpec, DEFAULT_BACKOFF_MAX_MS, DEFAULT_MISFIRE_THRESHOLD_MS,
 };
 
-pub use cadenza_schemas::xxl_export::{
-    columns_read, DEFAULT_SHELL_JOB_TYPE, DEFAULT_SOURCE, GROUP_COLUMNS, JOB_COLUMNS,
-    MAX_SOURCE_LEN,
-};
+pub use cadenza_schemas::xxl_export::{DEFAULT_SHELL_JOB_TYPE, DEFAULT_SOURCE, MAX_SOURCE_LEN};
 
 /// What an import does with a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -1667,12 +1664,7 @@ mod tests {
     }
 
     #[test]
-    fn only_the_columns_read_are_sent() {
-        let bean = columns_read(&job(1, json!({"glue_source": "big"})), false);
-        assert!(!bean.contains_key("glue_source") && !bean.contains_key("author"));
-        assert!(bean.contains_key("executor_handler"));
-        let shell = columns_read(&job(1, json!({"glue_type": "GLUE_SHELL"})), false);
-        assert!(shell.contains_key("glue_source"));
+    fn children_are_referenced_ids() {
         assert_eq!(
             referenced_ids(&[job(3, json!({"child_jobid": "4,5"}))]),
             vec![3, 4, 5]

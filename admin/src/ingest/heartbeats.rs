@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::Heartbeat;
+use cadenza_schemas::{Heartbeat, WorkerId};
 use chrono::Utc;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
@@ -42,7 +42,7 @@ async fn store(pool: &PgPool, hb: &Heartbeat) -> Result<(), sqlx::Error> {
 enum Beat {
     Heartbeat(Box<Heartbeat>),
     /// A tombstone: the worker with this id stopped.
-    Stopped(String),
+    Stopped(WorkerId),
     /// Not usable; the reason is logged.
     Ignored(String),
 }
@@ -51,7 +51,7 @@ enum Beat {
 fn parse(key: Option<&[u8]>, payload: Option<&[u8]>) -> Beat {
     let key = key.map(|k| String::from_utf8_lossy(k).into_owned());
     match (payload, key) {
-        (None, Some(worker_id)) => Beat::Stopped(worker_id),
+        (None, Some(worker_id)) => Beat::Stopped(WorkerId(worker_id)),
         (None, None) => Beat::Ignored("a tombstone without a key".into()),
         (Some(p), key) => match serde_json::from_slice::<Heartbeat>(p) {
             Ok(hb) if key.as_deref().is_some_and(|k| k != hb.worker_id.0) => {
@@ -95,7 +95,7 @@ pub async fn run(
                 Beat::Stopped(worker_id) => {
                     registry.stopped(&worker_id, Utc::now());
                     sqlx::query(sql!("ingest/worker_stopped"))
-                        .bind(worker_id)
+                        .bind(&worker_id.0)
                         .execute(&pool)
                         .await
                         .map(|_| ())
@@ -131,7 +131,7 @@ mod tests {
             Beat::Ignored(_)
         ));
         assert!(matches!(parse(None, None), Beat::Ignored(_)));
-        assert!(matches!(parse(Some(b"w1"), None), Beat::Stopped(w) if w == "w1"));
+        assert!(matches!(parse(Some(b"w1"), None), Beat::Stopped(w) if w.0 == "w1"));
         let hb = r#"{"worker_id":"w1","group":"g","job_types":["x"],"capacity":1,"version":"0",
             "started_at":"2026-01-01T00:00:00Z","sent_at":"2026-01-01T00:00:01Z","interval_ms":500}"#;
         assert!(matches!(

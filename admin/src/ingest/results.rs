@@ -255,26 +255,37 @@ fn check(e: &ResultEvent) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether an error says the database refused the data (a result it will refuse again however
-/// often it is sent) rather than that it could not be reached or was busy.
-fn refused(e: &anyhow::Error) -> bool {
-    match e.downcast_ref::<sqlx::Error>() {
-        Some(sqlx::Error::Database(db)) => {
-            let class = db.code().map(|c| c.chars().take(2).collect::<String>());
-            // 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator
-            // intervention (shutdown, cancel): worth retrying. Anything else is about the data.
-            !matches!(class.as_deref(), Some("08" | "40" | "53" | "57"))
+/// Why storing a batch of events failed.
+#[derive(Debug, thiserror::Error)]
+enum StoreError {
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Panicked(#[from] guard::Panicked),
+}
+
+impl StoreError {
+    /// Whether the database refused the data (a result it will refuse again however often it
+    /// is sent) rather than that it could not be reached or was busy.
+    fn refused(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(db)) => {
+                let class = db.code().map(|c| c.chars().take(2).collect::<String>());
+                // 08 connection, 40 rollback (serialization, deadlock), 53 resources, 57 operator
+                // intervention (shutdown, cancel): worth retrying. Anything else is about the data.
+                !matches!(class.as_deref(), Some("08" | "40" | "53" | "57"))
+            }
+            StoreError::Database(_) => false,
+            // A panic while applying the batch.
+            StoreError::Panicked(_) => true,
         }
-        Some(_) => false,
-        // Not a database error: a panic while applying the batch.
-        None => true,
     }
 }
 
 /// How storing some events ended.
 enum Stored {
     Yes,
-    Refused(anyhow::Error),
+    Refused(StoreError),
     Shutdown,
 }
 
@@ -296,19 +307,20 @@ impl<'a> Store<'a> {
 
     async fn apply(&mut self, events: &[ResultEvent], shutdown: &CancellationToken) -> Stored {
         loop {
-            let round = async {
-                apply(self.pool, self.registry, events)
-                    .await
-                    .map_err(anyhow::Error::from)
+            let round =
+                guard::catch_panic("storing results", apply(self.pool, self.registry, events));
+            let stored = match round.await {
+                Ok(r) => r.map_err(StoreError::from),
+                Err(panic) => Err(StoreError::from(panic)),
             };
-            match guard::round("storing results", round).await {
+            match stored {
                 Ok(_) => {
                     if self.backoff.succeeded() {
                         tracing::info!("storing results works again");
                     }
                     return Stored::Yes;
                 }
-                Err(e) if refused(&e) => return Stored::Refused(e),
+                Err(e) if e.refused() => return Stored::Refused(e),
                 Err(e) => {
                     let pause = self.backoff.failed();
                     tracing::error!(error = %e, retry_in_ms = pause.as_millis() as u64, "storing results failed; retrying");
@@ -457,6 +469,18 @@ mod tests {
         assert_eq!(layers.len(), 2);
         assert_eq!(ids(&layers[0]), vec![(1, 1), (2, 1), (3, 5)]);
         assert_eq!(ids(&layers[1]), vec![(2, 2)]);
+    }
+
+    #[test]
+    fn a_panic_is_a_refusal_and_an_unreachable_database_is_not() {
+        use super::StoreError;
+        let panicked = StoreError::Panicked(crate::guard::Panicked {
+            what: "storing results",
+            message: "boom".into(),
+        });
+        assert!(panicked.refused());
+        assert_eq!(panicked.to_string(), "storing results panicked: boom");
+        assert!(!StoreError::Database(sqlx::Error::PoolTimedOut).refused());
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl Ring {
 
 /// `consistent_hash`: the job's worker on the ring of `candidates`.
 pub fn consistent_hash(job: JobId, candidates: &[Candidate]) -> usize {
-    Ring::new(candidates.iter().map(|c| c.worker_id.as_str())).lookup(job)
+    Ring::new(candidates.iter().map(|c| c.worker_id.0.as_str())).lookup(job)
 }
 
 #[cfg(test)]
@@ -74,7 +74,7 @@ mod tests {
     fn owners(workers: &[&str], jobs: i64) -> HashMap<i64, String> {
         let c: Vec<Candidate> = workers.iter().map(|w| cand(w, &[0])).collect();
         (1..=jobs)
-            .map(|j| (j, c[consistent_hash(JobId(j), &c)].worker_id.clone()))
+            .map(|j| (j, c[consistent_hash(JobId(j), &c)].worker_id.0.clone()))
             .collect()
     }
 

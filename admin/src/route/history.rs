@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use cadenza_schemas::JobId;
+use cadenza_schemas::{JobId, WorkerId};
 use chrono::{DateTime, Utc};
 
 use super::registry::Candidate;
@@ -24,13 +24,13 @@ pub struct JobHistory {
     /// Start of the current `least_frequently_used` window.
     pub window_start: Option<DateTime<Utc>>,
     /// Uses per worker in the current window.
-    pub window_uses: BTreeMap<String, u64>,
+    pub window_uses: BTreeMap<WorkerId, u64>,
     /// Sequence number of each worker's last use (higher = more recent).
-    pub last_used: BTreeMap<String, u64>,
+    pub last_used: BTreeMap<WorkerId, u64>,
     /// Uses recorded so far (the next sequence number).
     pub seq: u64,
     /// Next partition turn per worker.
-    pub partition_turn: BTreeMap<String, u64>,
+    pub partition_turn: BTreeMap<WorkerId, u64>,
 }
 
 impl JobHistory {
@@ -65,15 +65,15 @@ impl JobHistory {
 
     /// Records that a run of the job went to `chosen`; workers no longer among `candidates` are
     /// forgotten.
-    pub fn record(&mut self, chosen: &str, candidates: &[Candidate]) {
-        let present = |w: &String| candidates.iter().any(|c| &c.worker_id == w);
+    pub fn record(&mut self, chosen: &WorkerId, candidates: &[Candidate]) {
+        let present = |w: &WorkerId| candidates.iter().any(|c| &c.worker_id == w);
         self.window_uses.retain(|w, _| present(w));
         self.last_used.retain(|w, _| present(w));
         self.partition_turn.retain(|w, _| present(w));
         self.turn = self.turn.wrapping_add(1);
         self.seq += 1;
-        *self.window_uses.entry(chosen.to_owned()).or_default() += 1;
-        self.last_used.insert(chosen.to_owned(), self.seq);
-        *self.partition_turn.entry(chosen.to_owned()).or_default() += 1;
+        *self.window_uses.entry(chosen.clone()).or_default() += 1;
+        self.last_used.insert(chosen.clone(), self.seq);
+        *self.partition_turn.entry(chosen.clone()).or_default() += 1;
     }
 }

@@ -2,10 +2,10 @@
 //!
 //! The candidates are the live workers ([`registry`]) that hold partitions of the job type's
 //! topic, sorted by worker id. The job's strategy picks one of them — a pure function of the
-//! job, the candidates and the job's [`history`] — and the run goes to one of that worker's
-//! partitions, taken in turn. Strategy families: [`ordered`] (`first`, `last`, `failover`,
-//! `busyover`), [`turn`] (`round`, `random`), [`hash`] (`consistent_hash`), [`usage`]
-//! (`least_frequently_used`, `least_recently_used`), [`broadcast`] (`sharding_broadcast`).
+//! job, the candidates and the job's `history` — and the run goes to one of that worker's
+//! partitions, taken in turn. Strategy families: `ordered` (`first`, `last`, `failover`,
+//! `busyover`), `turn` (`round`, `random`), `hash` (`consistent_hash`), `usage`
+//! (`least_frequently_used`, `least_recently_used`), `broadcast` (`sharding_broadcast`).
 //!
 //! A manual trigger that names a live worker goes to that worker. With no live worker the
 //! trigger goes to the partition its job id hashes to and waits there for a consumer; the run
@@ -13,17 +13,19 @@
 //! between routing and consumption, the partition's new owner runs it: `worker_id` on the run
 //! shows who did.
 
-pub mod broadcast;
-pub mod hash;
-pub mod history;
-pub mod ordered;
+pub(crate) mod broadcast;
+pub(crate) mod hash;
+pub(crate) mod history;
+pub(crate) mod ordered;
 pub mod registry;
-pub mod turn;
-pub mod usage;
+pub(crate) mod turn;
+pub(crate) mod usage;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// Identifies a worker process (its `worker_id`), in routing and in the registry.
+pub use cadenza_schemas::WorkerId;
 use cadenza_schemas::{JobId, RouteStrategy};
 use chrono::{DateTime, Utc};
 
@@ -41,7 +43,7 @@ const MAX_RINGS: usize = 256;
 pub struct Route {
     pub partition: i32,
     /// The worker the strategy chose; `None` when no worker serving the job type was live.
-    pub worker: Option<String>,
+    pub worker: Option<WorkerId>,
 }
 
 /// What a strategy knows about the run it routes.
@@ -86,7 +88,7 @@ pub fn pick(
 #[derive(Default)]
 pub struct Router {
     histories: Mutex<HashMap<JobId, JobHistory>>,
-    rings: Mutex<HashMap<Vec<String>, Arc<hash::Ring>>>,
+    rings: Mutex<HashMap<Vec<WorkerId>, Arc<hash::Ring>>>,
 }
 
 impl Router {
@@ -99,7 +101,7 @@ impl Router {
     }
 
     fn ring(&self, candidates: &[Candidate]) -> Arc<hash::Ring> {
-        let key: Vec<String> = candidates.iter().map(|c| c.worker_id.clone()).collect();
+        let key: Vec<WorkerId> = candidates.iter().map(|c| c.worker_id.clone()).collect();
         let mut rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(r) = rings.get(&key) {
             return r.clone();
@@ -107,7 +109,7 @@ impl Router {
         if rings.len() >= MAX_RINGS {
             rings.clear();
         }
-        let ring = Arc::new(hash::Ring::new(key.iter().map(String::as_str)));
+        let ring = Arc::new(hash::Ring::new(key.iter().map(|w| w.0.as_str())));
         rings.insert(key, ring.clone());
         ring
     }
@@ -139,7 +141,7 @@ impl Router {
         let requested = t
             .requested_worker
             .as_deref()
-            .and_then(|w| candidates.iter().position(|c| c.worker_id == w));
+            .and_then(|w| candidates.iter().position(|c| c.worker_id.0 == w));
         let i = requested.unwrap_or_else(|| {
             pick(
                 RunRef {
@@ -172,7 +174,7 @@ pub(crate) mod tests {
 
     pub(crate) fn cand(id: &str, partitions: &[i32]) -> Candidate {
         Candidate {
-            worker_id: id.to_owned(),
+            worker_id: WorkerId(id.to_owned()),
             partitions: partitions.to_vec(),
             heartbeat_age_ms: 100,
             interval_ms: 500,
@@ -259,15 +261,18 @@ pub(crate) mod tests {
         let mut t = trig(3, RouteStrategy::LeastFrequentlyUsed);
         t.requested_worker = Some("c".into());
         let route = r.select_among(&t, 6, &three(), at(0), 0);
-        assert_eq!(route.worker.as_deref(), Some("c"));
+        assert_eq!(route.worker.as_ref().map(|w| w.0.as_str()), Some("c"));
         assert!(route.partition == 4 || route.partition == 5);
         // gone since the API accepted it: the strategy decides
         t.requested_worker = Some("zz".into());
         let route = r.select_among(&t, 6, &three(), at(0), 0);
-        assert_eq!(route.worker.as_deref(), Some("a"));
+        assert_eq!(route.worker.as_ref().map(|w| w.0.as_str()), Some("a"));
         t.requested_worker = None;
         assert_eq!(
-            r.select_among(&t, 6, &three(), at(0), 0).worker.as_deref(),
+            r.select_among(&t, 6, &three(), at(0), 0)
+                .worker
+                .as_ref()
+                .map(|w| w.0.as_str()),
             Some("b")
         );
     }
@@ -280,9 +285,9 @@ pub(crate) mod tests {
         registry.apply(hb("w1", &[0, 1], now), now);
         let r = Router::default();
         let route = r.select(&trig(1, RouteStrategy::Last), 6, &registry);
-        assert_eq!(route.worker.as_deref(), Some("w2"));
-        registry.stopped("w2", now);
+        assert_eq!(route.worker.as_ref().map(|w| w.0.as_str()), Some("w2"));
+        registry.stopped(&WorkerId("w2".into()), now);
         let route = r.select(&trig(1, RouteStrategy::Last), 6, &registry);
-        assert_eq!(route.worker.as_deref(), Some("w1"));
+        assert_eq!(route.worker.as_ref().map(|w| w.0.as_str()), Some("w1"));
     }
 }

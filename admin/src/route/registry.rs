@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use cadenza_schemas::{Heartbeat, JobId, JobType, RouteStrategy, Topics};
+use cadenza_schemas::{Heartbeat, JobId, JobType, RouteStrategy, Topics, WorkerId};
 use chrono::{DateTime, Utc};
 
 /// Entries of workers silent for longer than this are forgotten.
@@ -20,7 +20,7 @@ const FORGET_AFTER: chrono::Duration = chrono::Duration::hours(1);
 /// A live worker that serves a job type, as the partition selector sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
-    pub worker_id: String,
+    pub worker_id: WorkerId,
     /// Its partitions of the job type's topic, ascending, never empty.
     pub partitions: Vec<i32>,
     /// Milliseconds since its last heartbeat.
@@ -43,19 +43,19 @@ struct Entry {
 /// Why a worker named by a manual trigger cannot take it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NotRoutable {
-    #[error("no worker {0:?} is known: none has sent a heartbeat with that id")]
-    Unknown(String),
-    #[error("worker {0:?} stopped (it said goodbye at {1})")]
-    Stopped(String, DateTime<Utc>),
-    #[error("worker {worker:?} is not live: its last heartbeat is {age_ms} ms old (dead after {dead_ms} ms)")]
+    #[error("no worker {:?} is known: none has sent a heartbeat with that id", .0.0)]
+    Unknown(WorkerId),
+    #[error("worker {:?} stopped (it said goodbye at {})", .0.0, .1)]
+    Stopped(WorkerId, DateTime<Utc>),
+    #[error("worker {:?} is not live: its last heartbeat is {age_ms} ms old (dead after {dead_ms} ms)", worker.0)]
     Dead {
-        worker: String,
+        worker: WorkerId,
         age_ms: i64,
         dead_ms: i64,
     },
-    #[error("worker {worker:?} holds no partition of {topic}: it does not serve job type {job_type} (or its group is rebalancing)")]
+    #[error("worker {:?} holds no partition of {topic}: it does not serve job type {job_type} (or its group is rebalancing)", worker.0)]
     NotServing {
-        worker: String,
+        worker: WorkerId,
         topic: String,
         job_type: String,
     },
@@ -67,7 +67,7 @@ pub enum NotRoutable {
 pub struct Registry {
     topics: Topics,
     dead_after: chrono::Duration,
-    workers: RwLock<HashMap<String, Entry>>,
+    workers: RwLock<HashMap<WorkerId, Entry>>,
 }
 
 impl Registry {
@@ -85,11 +85,11 @@ impl Registry {
         self.dead_after
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Entry>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<WorkerId, Entry>> {
         self.workers.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Entry>> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<WorkerId, Entry>> {
         self.workers.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -99,13 +99,13 @@ impl Registry {
         let seen = heartbeat.sent_at.min(received);
         let mut workers = self.write();
         workers.retain(|_, e| received - e.seen < FORGET_AFTER);
-        if let Some(current) = workers.get(&heartbeat.worker_id.0) {
+        if let Some(current) = workers.get(&heartbeat.worker_id) {
             if current.heartbeat.sent_at > heartbeat.sent_at {
                 return false;
             }
         }
         workers.insert(
-            heartbeat.worker_id.0.clone(),
+            heartbeat.worker_id.clone(),
             Entry {
                 heartbeat,
                 seen,
@@ -116,7 +116,7 @@ impl Registry {
     }
 
     /// A worker's tombstone: it left on purpose and takes no more runs.
-    pub fn stopped(&self, worker_id: &str, at: DateTime<Utc>) {
+    pub fn stopped(&self, worker_id: &WorkerId, at: DateTime<Utc>) {
         if let Some(e) = self.write().get_mut(worker_id) {
             e.stopped.get_or_insert(at);
         }
@@ -155,7 +155,7 @@ impl Registry {
                     return None;
                 }
                 Some(Candidate {
-                    worker_id: e.heartbeat.worker_id.0.clone(),
+                    worker_id: e.heartbeat.worker_id.clone(),
                     partitions: parts,
                     heartbeat_age_ms: (now - e.seen).num_milliseconds().max(0),
                     interval_ms: e.heartbeat.interval_ms,
@@ -206,20 +206,20 @@ impl Registry {
     /// partitions of the job type's topic.
     pub fn check_requested(
         &self,
-        worker: &str,
+        worker: &WorkerId,
         job_type: &JobType,
         now: DateTime<Utc>,
     ) -> Result<(), NotRoutable> {
         let workers = self.read();
         let Some(e) = workers.get(worker) else {
-            return Err(NotRoutable::Unknown(worker.to_owned()));
+            return Err(NotRoutable::Unknown(worker.clone()));
         };
         if let Some(at) = e.stopped {
-            return Err(NotRoutable::Stopped(worker.to_owned(), at));
+            return Err(NotRoutable::Stopped(worker.clone(), at));
         }
         if !self.is_live(e, now) {
             return Err(NotRoutable::Dead {
-                worker: worker.to_owned(),
+                worker: worker.clone(),
                 age_ms: (now - e.seen).num_milliseconds(),
                 dead_ms: self.dead_after.num_milliseconds(),
             });
@@ -231,7 +231,7 @@ impl Registry {
             .is_none_or(|p| p.is_empty())
         {
             return Err(NotRoutable::NotServing {
-                worker: worker.to_owned(),
+                worker: worker.clone(),
                 topic,
                 job_type: job_type.to_string(),
             });
@@ -272,7 +272,7 @@ pub(crate) mod tests {
     }
 
     fn ids(c: &[Candidate]) -> Vec<&str> {
-        c.iter().map(|c| c.worker_id.as_str()).collect()
+        c.iter().map(|c| c.worker_id.0.as_str()).collect()
     }
 
     fn x() -> JobType {
@@ -302,27 +302,52 @@ pub(crate) mod tests {
         r.apply(hb("b", &[1], t(1000)), t(1000));
         assert_eq!(ids(&r.candidates(&x(), JobId(1), 6, t(1400))), ["a", "b"]);
         assert_eq!(ids(&r.candidates(&x(), JobId(1), 6, t(1500))), ["b"]);
-        r.stopped("b", t(1600));
+        r.stopped(&WorkerId("b".into()), t(1600));
         assert!(r.candidates(&x(), JobId(1), 6, t(1600)).is_empty());
         assert!(matches!(
-            r.check_requested("b", &x(), t(1600)),
+            r.check_requested(&WorkerId("b".into()), &x(), t(1600)),
             Err(NotRoutable::Stopped(..))
         ));
         assert!(matches!(
-            r.check_requested("a", &x(), t(1600)),
+            r.check_requested(&WorkerId("a".into()), &x(), t(1600)),
             Err(NotRoutable::Dead { age_ms: 1600, .. })
         ));
         assert!(matches!(
-            r.check_requested("zz", &x(), t(1600)),
+            r.check_requested(&WorkerId("zz".into()), &x(), t(1600)),
             Err(NotRoutable::Unknown(_))
         ));
         // it comes back
         r.apply(hb("b", &[1], t(2000)), t(2000));
-        assert_eq!(r.check_requested("b", &x(), t(2000)), Ok(()));
+        assert_eq!(
+            r.check_requested(&WorkerId("b".into()), &x(), t(2000)),
+            Ok(())
+        );
         assert!(matches!(
-            r.check_requested("b", &JobType::parse("y").unwrap(), t(2000)),
+            r.check_requested(
+                &WorkerId("b".into()),
+                &JobType::parse("y").unwrap(),
+                t(2000)
+            ),
             Err(NotRoutable::NotServing { .. })
         ));
+    }
+
+    #[test]
+    fn refusals_quote_the_worker_id_as_text() {
+        let w = || WorkerId("w 1".into());
+        assert_eq!(
+            NotRoutable::Unknown(w()).to_string(),
+            r#"no worker "w 1" is known: none has sent a heartbeat with that id"#
+        );
+        assert_eq!(
+            NotRoutable::Dead {
+                worker: w(),
+                age_ms: 20,
+                dead_ms: 10
+            }
+            .to_string(),
+            r#"worker "w 1" is not live: its last heartbeat is 20 ms old (dead after 10 ms)"#
+        );
     }
 
     #[test]

@@ -39,10 +39,10 @@ mod tests {
     use super::super::registry::tests::t;
     use super::super::tests::cand;
     use super::*;
-    use cadenza_schemas::JobId;
+    use cadenza_schemas::{JobId, WorkerId};
 
     fn ids(c: &[Candidate], picks: &[usize]) -> String {
-        picks.iter().map(|i| c[*i].worker_id.as_str()).collect()
+        picks.iter().map(|i| c[*i].worker_id.0.as_str()).collect()
     }
 
     #[test]
@@ -52,7 +52,7 @@ mod tests {
         h.roll_window(t(0));
         // a used three times (e.g. manual triggers naming it)
         for _ in 0..3 {
-            h.record("a", &c);
+            h.record(&WorkerId("a".into()), &c);
         }
         let mut picks = vec![];
         for _ in 0..7 {
@@ -90,8 +90,8 @@ mod tests {
     fn lru_takes_the_least_recently_used() {
         let c = [cand("a", &[0]), cand("b", &[1]), cand("c", &[2])];
         let mut h = JobHistory::new(JobId(1));
-        h.record("b", &c);
-        h.record("a", &c);
+        h.record(&WorkerId("b".into()), &c);
+        h.record(&WorkerId("a".into()), &c);
         let mut picks = vec![];
         for _ in 0..6 {
             let i = least_recently_used(&c, &h);
@@ -106,11 +106,11 @@ mod tests {
     fn a_worker_that_left_is_forgotten() {
         let c = [cand("a", &[0]), cand("b", &[1])];
         let mut h = JobHistory::new(JobId(1));
-        h.record("a", &c);
-        h.record("b", &c);
+        h.record(&WorkerId("a".into()), &c);
+        h.record(&WorkerId("b".into()), &c);
         let only_b = [cand("b", &[1])];
-        h.record("b", &only_b);
-        assert!(!h.last_used.contains_key("a"));
-        assert!(!h.window_uses.contains_key("a"));
+        h.record(&WorkerId("b".into()), &only_b);
+        assert!(!h.last_used.contains_key(&WorkerId("a".into())));
+        assert!(!h.window_uses.contains_key(&WorkerId("a".into())));
     }
 }

@@ -25,19 +25,13 @@ struct View {
 
 /// A shard's lease as this admin holds it: the shard, the epoch it holds it at, and the instant
 /// (this admin's monotonic clock: renewal sent + TTL − margin) until which it trusts itself to
-/// hold it. Writes under the lease name the epoch; sends stop at `trusted_until`.
+/// hold it. Writes under the lease name the epoch. The publisher's sends check the leases'
+/// current validity ([`Leases::is_valid`]), which a renewal moves on, not this snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Term {
     pub shard: ShardId,
     pub epoch: LeaseEpoch,
     pub trusted_until: Instant,
-}
-
-impl Term {
-    /// Whether this admin may still act on the lease by its own clock.
-    pub fn is_trusted(&self) -> bool {
-        Instant::now() < self.trusted_until
-    }
 }
 
 /// The lease check of every write that depends on leases: which of `terms` the database still
@@ -54,17 +48,20 @@ pub async fn confirm(
     asked.dedup();
     let (shards, epochs): (Vec<i32>, Vec<LeaseEpoch>) =
         asked.into_iter().map(|(s, e)| (s.to_db(), e)).unzip();
-    let valid: BTreeSet<i32> = sqlx::query_scalar::<_, i32>(sql!("lease/check"))
-        .bind(admin)
-        .bind(&shards)
-        .bind(&epochs)
-        .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .collect();
+    let valid: BTreeSet<(i32, LeaseEpoch)> =
+        sqlx::query_as::<_, (i32, LeaseEpoch)>(sql!("lease/check"))
+            .bind(admin)
+            .bind(&shards)
+            .bind(&epochs)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .collect();
+    // By shard and epoch: a batch may hold two terms of one shard (lost and taken back while it
+    // was routed), and only the current one may write.
     let confirmed: BTreeMap<ShardId, Term> = terms
         .iter()
-        .filter(|t| valid.contains(&t.shard.to_db()))
+        .filter(|t| valid.contains(&(t.shard.to_db(), t.epoch)))
         .map(|t| (t.shard, *t))
         .collect();
     Ok(confirmed.into_values().collect())
@@ -219,7 +216,14 @@ impl LeaseManager {
             .await?;
         let mut now_held = BTreeMap::new();
         for (s, e) in renewed {
-            now_held.insert(ShardId::from_db(s)?, e);
+            // The round's renewal is committed: a row that is not a shard is skipped, not a
+            // reason to forget the others.
+            match ShardId::from_db(s) {
+                Ok(shard) => {
+                    now_held.insert(shard, e);
+                }
+                Err(e) => tracing::error!(error = %e, "lease row ignored"),
+            }
         }
         let lost: Vec<ShardId> = shards
             .iter()
@@ -245,7 +249,13 @@ impl LeaseManager {
                 let settle_at = previous_expiry.max(DateTime::<Utc>::MIN_UTC)
                     + chrono::Duration::milliseconds(cfg.lease_margin_ms as i64);
                 let settle = (settle_at - db_now).to_std().unwrap_or(Duration::ZERO);
-                let shard = ShardId::from_db(shard)?;
+                let shard = match ShardId::from_db(shard) {
+                    Ok(shard) => shard,
+                    Err(e) => {
+                        tracing::error!(error = %e, "lease row ignored");
+                        continue;
+                    }
+                };
                 now_held.insert(shard, epoch);
                 acquired.push(Acquired {
                     shard,

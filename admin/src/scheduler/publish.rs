@@ -215,7 +215,7 @@ impl Publisher {
             .bind(
                 routed
                     .iter()
-                    .map(|r| r.route.worker.clone())
+                    .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
                     .collect::<Vec<_>>(),
             )
             .bind(routed.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
@@ -332,7 +332,7 @@ fn message(t: &PendingTrigger, route: &Route, now: DateTime<Utc>) -> TriggerReco
         attempt: t.attempt,
         shard_index: t.shard_index,
         shard_total: t.shard_total,
-        routed_worker: route.worker.clone().map(cadenza_schemas::WorkerId),
+        routed_worker: route.worker.clone(),
         route: Some(t.route),
         published_at: now,
     })
