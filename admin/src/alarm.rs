@@ -235,10 +235,11 @@ pub enum AlarmSetupError {
     Webhooks(#[from] reqwest::Error),
     #[error("CADENZA_SMTP_URL is not a usable SMTP URL: {0}")]
     SmtpUrl(lettre::transport::smtp::Error),
-    #[error("CADENZA_ALARM_FROM {from:?} is not an e-mail address: {source}")]
+    // `error`, not `source`: the message already says it, and a cause would repeat it.
+    #[error("CADENZA_ALARM_FROM {from:?} is not an e-mail address: {error}")]
     From {
         from: String,
-        source: lettre::address::AddressError,
+        error: lettre::address::AddressError,
     },
 }
 
@@ -263,9 +264,9 @@ impl AlarmSender {
                     config
                         .alarm_from
                         .parse()
-                        .map_err(|source| AlarmSetupError::From {
+                        .map_err(|error| AlarmSetupError::From {
                             from: config.alarm_from.clone(),
-                            source,
+                            error,
                         })?;
                 Some((transport, from))
             }
