@@ -223,6 +223,19 @@ impl Postgres {
                 "pg_stat_statements.track_planning=on",
             ]);
         }
+        if std::env::var_os("CADENZA_PG_BENCH").is_some_and(|v| !v.is_empty() && v != "0") {
+            // Sized for a sustained load rather than for many small servers at once: the
+            // benchmark's tables outgrow 32 MB in seconds, and checkpoints forced by the
+            // default max_wal_size would come every few seconds. Later settings win.
+            cmd.args([
+                "-c",
+                "shared_buffers=512MB",
+                "-c",
+                "max_wal_size=8GB",
+                "-c",
+                "checkpoint_timeout=15min",
+            ]);
+        }
         let proc = Arc::new(ChildProcess::spawn("postgres", cmd, &self.log)?);
         *self.proc() = Some(proc.clone());
 

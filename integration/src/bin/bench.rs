@@ -6,24 +6,47 @@
 //! ```
 //!
 //! Starts a private PostgreSQL and broker, one `cadenza-admin` (the release build beside this
-//! binary), inserts the jobs in bulk (each fires every `jobs / rate` seconds, spread evenly), lets
-//! the admin schedule them for `--secs`, and prints: triggers published per second, fire
-//! lateness (published − fire time) p50/p99/max, scan time per batch, and the admin's RSS.
-//! No worker runs unless `--workers N` is given: the figures are the admin's.
+//! binary) and `--workers N` release workers serving `noop`, inserts the jobs in bulk (each fires
+//! every `jobs / rate` milliseconds, their first fires spread evenly), and measures a window of
+//! `--secs` seconds that starts once the first fires have settled. At the end of the window the
+//! load stops (every job is disabled), the runs in flight are given time to finish, the admin
+//! and the workers are stopped, and only then is anything read back: the trigger topic up to an
+//! end marker written once nothing else writes to it, and the runs from PostgreSQL.
+//!
+//! PostgreSQL runs as in the tests (fsync off: the test broker keeps its records only in memory
+//! anyway) with 512 MB of shared buffers and checkpoints at most every 15 minutes or 8 GB.
+//!
+//! Printed: triggers published per second and misfires, fire lateness (record timestamp on the
+//! topic − fire time) p50/p99/max, scan time per batch, the admin's RSS, the CPU seconds each
+//! process used in the window, the write-ahead log PostgreSQL wrote per trigger (and per run
+//! with workers), and with workers how many runs finished per second and how late they started.
+//! `--statements` adds the statements that took the most database time in the window. `--json`
+//! adds one line of JSON with the same figures, the last line printed (`scripts/bench-compare`
+//! reads it).
+//!
+//! `--backlog N` measures the workers alone instead: N jobs fire once each while no worker runs;
+//! once all are on the topic, `--workers` workers (default 1) start and the benchmark prints how
+//! many runs per second they finished (first start to last finish, as recorded by the admin).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use cadenza_integration::{read_topic_to_end, Cluster, StatusCode};
-use serde_json::json;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::PgPool;
 
 struct Args {
     jobs: i64,
     rate: i64,
     secs: u64,
     workers: usize,
+    /// Workers alone: this many runs are published first, then the workers start.
+    backlog: Option<i64>,
     /// Print the statements that took the most database time (`pg_stat_statements`).
     statements: bool,
+    json: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -32,8 +55,11 @@ fn parse_args() -> Result<Args> {
         rate: 10_000,
         secs: 30,
         workers: 0,
+        backlog: None,
         statements: false,
+        json: false,
     };
+    let mut workers_given = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = |name: &str| -> Result<String> {
@@ -44,13 +70,25 @@ fn parse_args() -> Result<Args> {
             "--rate" => a.rate = value("--rate")?.parse().context("--rate: not a number")?,
             "--secs" => a.secs = value("--secs")?.parse().context("--secs: not a number")?,
             "--workers" => {
+                workers_given = true;
                 a.workers = value("--workers")?
                     .parse()
                     .context("--workers: not a number")?
             }
+            "--backlog" => {
+                a.backlog = Some(
+                    value("--backlog")?
+                        .parse()
+                        .context("--backlog: not a number")?,
+                )
+            }
             "--statements" => a.statements = true,
+            "--json" => a.json = true,
             "-h" | "--help" => {
-                println!("bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements]");
+                println!(
+                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements] [--json]\n\
+                     bench --backlog N [--workers N (1)] [--statements] [--json]"
+                );
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?}; see --help"),
@@ -58,6 +96,17 @@ fn parse_args() -> Result<Args> {
     }
     if a.jobs < 1 || a.rate < 1 || a.secs < 5 {
         bail!("--jobs and --rate must be at least 1, --secs at least 5");
+    }
+    if let Some(n) = a.backlog {
+        if n < 1 {
+            bail!("--backlog must be at least 1");
+        }
+        if !workers_given {
+            a.workers = 1;
+        }
+        if a.workers < 1 {
+            bail!("--backlog measures workers: --workers must be at least 1");
+        }
     }
     Ok(a)
 }
@@ -73,29 +122,145 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
-    let every_ms = (args.jobs * 1000 / args.rate).max(1);
-    println!(
-        "bench: {} fix_rate jobs every {every_ms} ms (≈{} triggers/s) for {} s",
-        args.jobs,
-        args.jobs * 1000 / every_ms,
-        args.secs
-    );
+    // Read by the harness when it starts PostgreSQL; nothing else runs yet.
+    std::env::set_var("CADENZA_PG_BENCH", "1");
     if args.statements {
-        // Read by the harness when it starts PostgreSQL; nothing else runs yet.
         std::env::set_var("CADENZA_PG_STAT_STATEMENTS", "1");
     }
+    match args.backlog {
+        Some(n) => backlog(&args, n).await,
+        None => steady(&args).await,
+    }
+}
+
+/// The processes of one run whose CPU time is counted, by part.
+struct Parts {
+    parts: Vec<(&'static str, Vec<u32>)>,
+}
+
+impl Parts {
+    fn new(cluster: &Cluster, admin: u32, workers: &[u32]) -> Parts {
+        let mut parts = vec![("admin", vec![admin])];
+        if !workers.is_empty() {
+            parts.push(("workers", workers.to_vec()));
+        }
+        parts.push(("postgres", cluster.postgres().pid().into_iter().collect()));
+        parts.push(("broker", cluster.broker().pid().into_iter().collect()));
+        Parts { parts }
+    }
+
+    /// CPU seconds used so far by each part, including its processes' descendants.
+    fn read(&self) -> BTreeMap<&'static str, f64> {
+        let table = proc_table();
+        self.parts
+            .iter()
+            .map(|(name, pids)| (*name, pids.iter().map(|p| tree_cpu(&table, *p)).sum()))
+            .collect()
+    }
+}
+
+/// `pid → (parent pid, CPU seconds of itself and its reaped children)` for every process.
+fn proc_table() -> BTreeMap<u32, (u32, f64)> {
+    let ticks = clock_ticks();
+    let mut table = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return table;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command name in parentheses: state, ppid, … utime stime cutime cstime are
+        // fields 14–17 of the line, 12–15 after the name.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let ppid = f.get(1).and_then(|v| v.parse::<u32>().ok()).unwrap_or(0);
+        table.insert(pid, (ppid, (num(11) + num(12) + num(13) + num(14)) / ticks));
+    }
+    table
+}
+
+/// CPU seconds of `pid` and every live descendant (children that exited and were reaped are in
+/// their parent's figure).
+fn tree_cpu(table: &BTreeMap<u32, (u32, f64)>, pid: u32) -> f64 {
+    let mut total = table.get(&pid).map(|e| e.1).unwrap_or(0.0);
+    for (child, (parent, _)) in table {
+        if *parent == pid && *child != pid {
+            total += tree_cpu(table, *child);
+        }
+    }
+    total
+}
+
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|t| *t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// The write-ahead log position and PostgreSQL's WAL counters.
+struct Wal {
+    lsn: String,
+    records: i64,
+    fpi: i64,
+}
+
+async fn wal(pool: &PgPool) -> Result<Wal> {
+    // Backends flush their WAL counters to pg_stat_wal at most once a second or so; the LSN is
+    // exact. Both are cluster-wide (the benchmark's PostgreSQL serves nothing else).
+    let (lsn, records, fpi): (String, i64, i64) =
+        sqlx::query_as("SELECT pg_current_wal_lsn()::text, wal_records, wal_fpi FROM pg_stat_wal")
+            .fetch_one(pool)
+            .await?;
+    Ok(Wal { lsn, records, fpi })
+}
+
+async fn wal_bytes(pool: &PgPool, from: &Wal, to: &Wal) -> Result<f64> {
+    let bytes: f64 = sqlx::query_scalar("SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::float8")
+        .bind(&from.lsn)
+        .bind(&to.lsn)
+        .fetch_one(pool)
+        .await?;
+    Ok(bytes)
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+        })
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+/// Starts the cluster, the admin and the first job through the API (which creates the topic).
+async fn start(every_ms: i64) -> Result<(Cluster, cadenza_integration::AdminHandle, PgPool)> {
     let cluster = Cluster::start().await?;
     let admin = cluster
         .spawn_admin(&[("RUST_LOG", "info,cadenza_admin::scheduler=debug")])
         .await?;
-    for _ in 0..args.workers {
-        cluster
-            .spawn_worker("bench.noop=noop", "bench", &[])
-            .await?;
-    }
-    let api = admin.api();
-    // The first job through the API creates the topic; the rest go in bulk.
-    let (status, body) = api
+    let (status, body) = admin
+        .api()
         .post_json(
             "/api/jobs",
             &json!({"name": "bench 0", "job_type": "bench.noop",
@@ -106,44 +271,134 @@ async fn main() -> Result<()> {
         bail!("creating the first job: {status} {body}");
     }
     let pool = cluster.pool().await?;
+    Ok((cluster, admin, pool))
+}
+
+/// Inserts `jobs` enabled `fix_rate` jobs firing every `every_ms`, the first fires spread evenly
+/// over `spread_ms` from `first_in`.
+async fn insert_jobs(
+    pool: &PgPool,
+    jobs: i64,
+    every_ms: i64,
+    spread_ms: i64,
+    first_in: Duration,
+) -> Result<()> {
     let started = Instant::now();
     let mut made = 0;
-    while made < args.jobs {
-        let n = (args.jobs - made).min(50_000);
+    while made < jobs {
+        let n = (jobs - made).min(50_000);
         sqlx::query(
             "INSERT INTO jobs (id, shard, name, job_type, schedule, schedule_kind, route, block, misfire,
                                misfire_threshold_ms, next_fire_at)
              SELECT id, (id % 64)::int, 'bench ' || id, 'bench.noop', $1, 'fix_rate', 'round',
                     'serial_execution', 'do_nothing', 5000,
-                    now() + interval '3 seconds' + make_interval(secs => (i % $3::int) * $4::float8 / $3::int / 1000.0)
+                    now() + make_interval(secs => $5::float8)
+                          + make_interval(secs => ((i + $6::int) % $3::int) * $4::float8 / $3::int / 1000.0)
              FROM (SELECT nextval('jobs_id_seq') AS id, i FROM generate_series(1, $2::int) AS i) s",
         )
         .bind(json!({"kind": "fix_rate", "every_ms": every_ms}))
         .bind(n as i32)
-        .bind(n.max(1) as i32)
-        .bind(every_ms as f64)
-        .execute(&pool)
+        .bind(jobs.max(1) as i32)
+        .bind(spread_ms as f64)
+        .bind(first_in.as_secs_f64())
+        .bind(made as i32)
+        .execute(pool)
         .await?;
         made += n;
     }
-    sqlx::query("ANALYZE jobs").execute(&pool).await?;
-    println!(
-        "inserted {} jobs in {:.1} s",
-        args.jobs,
+    sqlx::query("ANALYZE jobs").execute(pool).await?;
+    eprintln!(
+        "inserted {jobs} jobs in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
 
-    let t0 = chrono::Utc::now() + chrono::Duration::seconds(5);
-    tokio::time::sleep(Duration::from_secs(args.secs + 5)).await;
-    let t1 = chrono::Utc::now() - chrono::Duration::seconds(3);
-    let rss_kb: u64 = std::fs::read_to_string(format!("/proc/{}/status", admin.pid()))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0);
+async fn reset_statements(pool: &PgPool, on: bool) -> Result<()> {
+    if on {
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(pool)
+            .await
+            .context("pg_stat_statements is not available in this PostgreSQL installation")?;
+        sqlx::query("SELECT pg_stat_statements_reset()")
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Runs of the window still in flight (not ended, not misfired).
+async fn in_flight(
+    pool: &PgPool,
+    t0: DateTime<Utc>,
+    t1: DateTime<Utc>,
+    workers: bool,
+) -> Result<i64> {
+    let open = if workers {
+        "('scheduled', 'publishing', 'published', 'running')"
+    } else {
+        "('scheduled', 'publishing')"
+    };
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM triggers WHERE fire_time BETWEEN $1 AND $2 AND status IN {open}"
+    ))
+    .bind(t0)
+    .bind(t1)
+    .fetch_one(pool)
+    .await?)
+}
+
+async fn steady(args: &Args) -> Result<()> {
+    let every_ms = (args.jobs * 1000 / args.rate).max(1);
+    eprintln!(
+        "bench: {} fix_rate jobs every {every_ms} ms (≈{} triggers/s), {} s window, {} workers",
+        args.jobs,
+        args.jobs * 1000 / every_ms,
+        args.secs,
+        args.workers
+    );
+    let (cluster, admin, pool) = start(every_ms).await?;
+    let mut workers = Vec::new();
+    for _ in 0..args.workers {
+        workers.push(
+            cluster
+                .spawn_worker("bench.noop=noop", "bench", &[])
+                .await?,
+        );
+    }
+    let worker_pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
+    let parts = Parts::new(&cluster, admin.pid(), &worker_pids);
+    insert_jobs(&pool, args.jobs, every_ms, every_ms, Duration::from_secs(3)).await?;
+
+    // The window starts 5 s after the first fires.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    reset_statements(&pool, args.statements).await?;
+    let t0 = Utc::now();
+    let (cpu0, wal0) = (parts.read(), wal(&pool).await?);
+    tokio::time::sleep(Duration::from_secs(args.secs)).await;
+    let t1 = Utc::now();
+    let (cpu1, wal1) = (parts.read(), wal(&pool).await?);
+    let rss = rss_mib(admin.pid());
+    let window_s = (t1 - t0).num_milliseconds() as f64 / 1000.0;
+
+    // Stop the load, let what is in flight finish (bounded), stop every writer, then read.
+    sqlx::query("UPDATE jobs SET enabled = false")
+        .execute(&pool)
+        .await?;
+    let drain_started = Instant::now();
+    let drain_cap = Duration::from_secs(if args.workers > 0 { 90 } else { 30 });
+    let mut left = in_flight(&pool, t0, t1, args.workers > 0).await?;
+    while left > 0 && drain_started.elapsed() < drain_cap {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        left = in_flight(&pool, t0, t1, args.workers > 0).await?;
+    }
+    let drain_s = drain_started.elapsed().as_secs_f64();
+    let statements = if args.statements {
+        top_statements(&pool).await?
+    } else {
+        Vec::new()
+    };
+    cluster.stop_all(Duration::from_secs(20)).await?;
 
     let mut scans: Vec<f64> = admin
         .log()
@@ -153,40 +408,46 @@ async fn main() -> Result<()> {
         .filter_map(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
         .collect();
     scans.sort_by(f64::total_cmp);
-    let (published, window_s): (i64, f64) = sqlx::query_as(
-        "SELECT count(*), EXTRACT(EPOCH FROM ($2::timestamptz - $1::timestamptz))::float8
-         FROM triggers WHERE fire_time BETWEEN $1 AND $2 AND published_at IS NOT NULL",
+    let expected_due = args.jobs as f64 * window_s * 1000.0 / every_ms as f64;
+    let (recorded_due, published, misfired): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE published_at IS NOT NULL),
+                count(*) FILTER (WHERE status = 'misfired')
+         FROM triggers WHERE fire_time BETWEEN $1 AND $2",
     )
     .bind(t0)
     .bind(t1)
     .fetch_one(&pool)
     .await?;
-    let (due, misfired): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE status = 'misfired') FROM triggers WHERE fire_time BETWEEN $1 AND $2",
-    )
-    .bind(t0)
-    .bind(t1)
-    .fetch_one(&pool)
-    .await?;
-    // Lateness as the broker sees it: the record's timestamp (taken when the admin handed it to
-    // the producer) minus its fire time. And as recorded: `published_at` (after the broker's
-    // acknowledgement, on the database clock) minus fire time.
     let topic = format!("{}.trigger.bench.noop", cluster.topic_prefix());
-    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(600)).await?;
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(300)).await?;
     let mut lateness: Vec<f64> = records
         .iter()
         .filter_map(|r| {
             let v = r.payload_json().ok()?;
-            let fire = chrono::DateTime::parse_from_rfc3339(v["fire_time"].as_str()?).ok()?;
-            let fire = fire.with_timezone(&chrono::Utc);
+            let fire = DateTime::parse_from_rfc3339(v["fire_time"].as_str()?).ok()?;
+            let fire = fire.with_timezone(&Utc);
             let stamp = r.timestamp_ms?;
             (fire >= t0 && fire <= t1).then(|| (stamp - fire.timestamp_millis()) as f64)
         })
         .collect();
     lateness.sort_by(f64::total_cmp);
     let recorded = ms_after_fire(&pool, "published_at", t0, t1).await?;
+    let wal_bytes = wal_bytes(&pool, &wal0, &wal1).await?;
+    let cpu: BTreeMap<&str, f64> = cpu1
+        .iter()
+        .map(|(k, v)| (*k, v - cpu0.get(k).copied().unwrap_or(0.0)))
+        .collect();
+    let cpu_total: f64 = cpu.values().sum();
 
-    println!("published:        {published} of {due} due in {window_s:.1} s = {:.0} triggers/s (misfired {misfired})", published as f64 / window_s);
+    println!(
+        "bench: {} jobs every {every_ms} ms, window {window_s:.1} s, {} workers",
+        args.jobs, args.workers
+    );
+    println!(
+        "published:        {published} of {:.0} due = {:.0} triggers/s (misfired {misfired}; {recorded_due} runs recorded)",
+        expected_due,
+        published as f64 / window_s
+    );
     println!(
         "fire lateness ms: {}  (record timestamp on the topic − fire time, {} records)",
         spread(&lateness),
@@ -201,10 +462,24 @@ async fn main() -> Result<()> {
         scans.len(),
         spread(&scans)
     );
-    println!("admin RSS:        {:.1} MiB", rss_kb as f64 / 1024.0);
+    println!("admin RSS:        {rss:.1} MiB");
+    println!(
+        "CPU seconds:      {cpu_total:.1} in {window_s:.1} s ({})",
+        cpu.iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let per_trigger = wal_bytes / (published.max(1) as f64);
+    println!(
+        "WAL:              {:.1} MiB in the window = {per_trigger:.0} bytes per published trigger ({} records, {} full-page images)",
+        wal_bytes / 1048576.0,
+        wal1.records - wal0.records,
+        wal1.fpi - wal0.fpi
+    );
+    let mut e2e = Value::Null;
+    let mut start_spread = Value::Null;
     if args.workers > 0 {
-        // Runs of the window as the workers saw them: how late each started, and how many
-        // finished while the window lasted (the admin goes on firing while this reads).
         let start_late = ms_after_fire(&pool, "started_at", t0, t1).await?;
         let finished_in_window: i64 =
             sqlx::query_scalar("SELECT count(*) FROM triggers WHERE finished_at BETWEEN $1 AND $2")
@@ -212,12 +487,21 @@ async fn main() -> Result<()> {
                 .bind(t1)
                 .fetch_one(&pool)
                 .await?;
+        let rate = finished_in_window as f64 / window_s;
         println!(
-            "workers:          {} runs finished in the window = {:.0}/s; start lateness ms {} (started_at − fire time, {} runs)",
-            finished_in_window,
-            finished_in_window as f64 / window_s,
+            "workers:          {finished_in_window} runs finished in the window = {rate:.0}/s; start lateness ms {} (started_at − fire time, {} runs)",
             spread(&start_late),
             start_late.len()
+        );
+        println!(
+            "after the window: {} of the window's runs unfinished after {drain_s:.1} s",
+            left
+        );
+        e2e = json!(rate);
+        start_spread = spread_json(&start_late);
+    } else if left > 0 {
+        println!(
+            "after the window: {left} of the window's fires not published after {drain_s:.1} s"
         );
     }
     let statuses: Vec<(String, i64)> =
@@ -225,8 +509,125 @@ async fn main() -> Result<()> {
             .fetch_all(&pool)
             .await?;
     println!("runs by status:   {statuses:?}");
-    if args.statements {
-        print_statements(&pool).await?;
+    print_statements(&statements);
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "system": "cadenza",
+                "jobs": args.jobs,
+                "secs": args.secs,
+                "workers": args.workers,
+                "due_per_s": expected_due / window_s,
+                "fired_per_s": published as f64 / window_s,
+                "misfired": misfired,
+                "lateness_ms": spread_json(&lateness),
+                "e2e_runs_per_s": e2e,
+                "start_lateness_ms": start_spread,
+                "cpu_s": {"total": cpu_total, "parts": cpu},
+                "wal_bytes_per_trigger": per_trigger,
+                "admin_rss_mib": rss,
+            })
+        );
+    }
+    Ok(())
+}
+
+/// The workers alone: a backlog of runs on the topic, then the workers start.
+async fn backlog(args: &Args, n: i64) -> Result<()> {
+    eprintln!(
+        "bench: {n} runs published first, then {} workers",
+        args.workers
+    );
+    // Every job fires once in the first second and next an hour later.
+    let (cluster, admin, pool) = start(3_600_000).await?;
+    insert_jobs(&pool, n, 3_600_000, 1_000, Duration::from_secs(1)).await?;
+    let waited = Instant::now();
+    loop {
+        let published: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM triggers WHERE status = 'published'")
+                .fetch_one(&pool)
+                .await?;
+        if published >= n {
+            break;
+        }
+        if waited.elapsed() > Duration::from_secs(120) {
+            bail!("only {published} of {n} runs published after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    sqlx::query("UPDATE jobs SET enabled = false")
+        .execute(&pool)
+        .await?;
+    reset_statements(&pool, args.statements).await?;
+    let mut workers = Vec::new();
+    for _ in 0..args.workers {
+        workers.push(
+            cluster
+                .spawn_worker("bench.noop=noop", "bench", &[])
+                .await?,
+        );
+    }
+    let worker_pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
+    let parts = Parts::new(&cluster, admin.pid(), &worker_pids);
+    let (cpu0, wal0) = (parts.read(), wal(&pool).await?);
+    let started = Instant::now();
+    let cap = Duration::from_secs(300);
+    let mut done: i64 = 0;
+    while started.elapsed() < cap {
+        done = sqlx::query_scalar("SELECT count(*) FROM triggers WHERE status = 'succeeded'")
+            .fetch_one(&pool)
+            .await?;
+        if done >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (cpu1, wal1) = (parts.read(), wal(&pool).await?);
+    let statements = if args.statements {
+        top_statements(&pool).await?
+    } else {
+        Vec::new()
+    };
+    cluster.stop_all(Duration::from_secs(20)).await?;
+    let (first, last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = sqlx::query_as(
+        "SELECT min(started_at), max(finished_at) FROM triggers WHERE status = 'succeeded'",
+    )
+    .fetch_one(&pool)
+    .await?;
+    let span_s = match (first, last) {
+        (Some(a), Some(b)) => (b - a).num_milliseconds() as f64 / 1000.0,
+        _ => f64::NAN,
+    };
+    let rate = done as f64 / span_s;
+    let wal_bytes = wal_bytes(&pool, &wal0, &wal1).await?;
+    let cpu: BTreeMap<&str, f64> = cpu1
+        .iter()
+        .map(|(k, v)| (*k, v - cpu0.get(k).copied().unwrap_or(0.0)))
+        .collect();
+    let cpu_total: f64 = cpu.values().sum();
+    println!("bench: backlog of {n} runs, {} workers", args.workers);
+    println!("finished:         {done} of {n} in {span_s:.1} s (first start to last finish) = {rate:.0} runs/s");
+    println!(
+        "CPU seconds:      {cpu_total:.1} ({})",
+        cpu.iter()
+            .map(|(k, v)| format!("{k} {v:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "WAL:              {:.0} bytes per run (results ingested by the admin)",
+        wal_bytes / done.max(1) as f64
+    );
+    print_statements(&statements);
+    if args.json {
+        println!(
+            "{}",
+            json!({"system": "cadenza", "backlog": n, "workers": args.workers,
+                   "e2e_runs_per_s": rate, "finished": done,
+                   "cpu_s": {"total": cpu_total, "parts": cpu},
+                   "wal_bytes_per_run": wal_bytes / done.max(1) as f64})
+        );
     }
     Ok(())
 }
@@ -241,13 +642,22 @@ fn spread(sorted: &[f64]) -> String {
     )
 }
 
+fn spread_json(sorted: &[f64]) -> Value {
+    let num = |v: f64| if v.is_finite() { json!(v) } else { Value::Null };
+    json!({
+        "p50": num(percentile(sorted, 0.5)),
+        "p99": num(percentile(sorted, 0.99)),
+        "max": num(sorted.last().copied().unwrap_or(f64::NAN)),
+    })
+}
+
 /// Milliseconds from the fire time to `column` (`published_at` or `started_at`) of the runs
 /// that fired between `t0` and `t1` and have it, sorted.
 async fn ms_after_fire(
-    pool: &sqlx::PgPool,
+    pool: &PgPool,
     column: &'static str,
-    t0: chrono::DateTime<chrono::Utc>,
-    t1: chrono::DateTime<chrono::Utc>,
+    t0: DateTime<Utc>,
+    t1: DateTime<Utc>,
 ) -> Result<Vec<f64>> {
     let mut ms: Vec<f64> = sqlx::query_scalar(&format!(
         "SELECT EXTRACT(EPOCH FROM ({column} - fire_time))::float8 * 1000.0
@@ -261,13 +671,9 @@ async fn ms_after_fire(
     Ok(ms)
 }
 
-/// The statements that took the most database time over the whole run.
-async fn print_statements(pool: &sqlx::PgPool) -> Result<()> {
-    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        .execute(pool)
-        .await
-        .context("pg_stat_statements is not available in this PostgreSQL installation")?;
-    let rows: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+/// The statements that took the most database time since the window started.
+async fn top_statements(pool: &PgPool) -> Result<Vec<(String, i64, f64, f64)>> {
+    Ok(sqlx::query_as(
         "SELECT regexp_replace(left(query, 400), '\\s+', ' ', 'g'), calls,
                 total_exec_time, total_plan_time
          FROM pg_stat_statements
@@ -275,7 +681,13 @@ async fn print_statements(pool: &sqlx::PgPool) -> Result<()> {
          ORDER BY total_exec_time + total_plan_time DESC LIMIT 15",
     )
     .fetch_all(pool)
-    .await?;
+    .await?)
+}
+
+fn print_statements(rows: &[(String, i64, f64, f64)]) {
+    if rows.is_empty() {
+        return;
+    }
     let (exec, plan): (f64, f64) = rows.iter().fold((0.0, 0.0), |a, r| (a.0 + r.2, a.1 + r.3));
     println!("database time by statement (top 15: {exec:.0} ms executing, {plan:.0} ms planning):");
     println!(
@@ -284,8 +696,7 @@ async fn print_statements(pool: &sqlx::PgPool) -> Result<()> {
     );
     for (query, calls, exec, plan) in rows {
         let short: String = query.chars().take(100).collect();
-        let per = (exec + plan) / calls.max(1) as f64;
+        let per = (exec + plan) / (*calls).max(1) as f64;
         println!("  {exec:>9.0} {plan:>9.0} {calls:>8} {per:>8.2}  {short}");
     }
-    Ok(())
 }
