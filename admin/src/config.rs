@@ -115,9 +115,15 @@ pub struct SchedulerArgs {
     /// the producer's delivery timeout is shorter than this.
     #[arg(long, env = "CADENZA_LEASE_MARGIN_MS", default_value_t = 2_000)]
     pub lease_margin_ms: u64,
-    /// How far ahead of now the scan writes triggers, in ms.
+    /// How far ahead of now a job is claimed by the scan, in ms; its fires are then written up to
+    /// twice this far ahead.
     #[arg(long, env = "CADENZA_LOOKAHEAD_MS", default_value_t = 2_000)]
     pub lookahead_ms: u64,
+    /// How long before their fire time triggers are claimed for publication (routed and marked
+    /// `publishing` in the database), in ms; each is handed to the producer at its fire time.
+    /// Keeps the database transaction out of the fire lateness. Capped at the lookahead.
+    #[arg(long, env = "CADENZA_PUBLISH_AHEAD_MS", default_value_t = 250)]
+    pub publish_ahead_ms: u64,
     /// Pause between scans when the previous scan found less than a full batch, in ms.
     #[arg(long, env = "CADENZA_SCAN_INTERVAL_MS", default_value_t = 500)]
     pub scan_interval_ms: u64,
@@ -143,6 +149,16 @@ impl SchedulerArgs {
     }
     pub fn lookahead(&self) -> Duration {
         Duration::from_millis(self.lookahead_ms)
+    }
+    /// How far ahead a claimed job's fires are written: twice the lookahead. A job is claimed
+    /// once its next fire is within the lookahead, so a frequent job's row is claimed and
+    /// advanced once per lookahead rather than once per fire.
+    pub fn plan_horizon_ms(&self) -> u64 {
+        self.lookahead_ms.saturating_mul(2)
+    }
+    /// How long before its fire time a trigger is claimed for publication: at most the lookahead.
+    pub fn publish_ahead(&self) -> Duration {
+        Duration::from_millis(self.publish_ahead_ms.min(self.lookahead_ms))
     }
     pub fn scan_interval(&self) -> Duration {
         Duration::from_millis(self.scan_interval_ms)

@@ -76,8 +76,9 @@ cleanup_run() {
 }
 
 # bench_pg_start: a private PostgreSQL on a free loopback port with the settings of Cadenza's
-# own benchmark (integration/src/postgres.rs): fsync, synchronous_commit and full_page_writes
-# off, max_connections 200, shared_buffers 32MB. Sets PG_PORT, PG_PID, PG_BIN.
+# own benchmark (integration/src/postgres.rs with CADENZA_PG_BENCH): fsync, synchronous_commit
+# and full_page_writes off, max_connections 200, shared_buffers 512MB, checkpoints at most every
+# 15 minutes or 8 GB. Sets PG_PORT, PG_PID, PG_BIN.
 bench_pg_start() {
     PG_BIN="$(pg_bin_dir)" || die "PostgreSQL server binaries not found; run scripts/install-deps"
     PG_REAL_DIR="$(pg_data_dir_for "$RUN_DIR/pg")"
@@ -91,7 +92,9 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 max_connections = 200
-shared_buffers = 32MB
+shared_buffers = 512MB
+max_wal_size = 8GB
+checkpoint_timeout = 15min
 EOF
     PG_PORT="$(free_port)"
     PG_PID="$(pg_start_server "$PG_REAL_DIR" "$PG_PORT" "$RUN_DIR/pg.log")"

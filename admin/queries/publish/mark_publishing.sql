@@ -1,6 +1,6 @@
 -- Ledger before send: claim scheduled rows for publication with the partition each goes to and
 -- the lease epoch they are sent under. Runs in the transaction that checked the leases of their
--- shards (lease/check, FOR SHARE), so no takeover commits in between. The selector leaves
+-- shards (lease/check, FOR KEY SHARE), so no takeover commits in between. The selector leaves
 -- routed_worker NULL exactly when no live worker served the job type: route_note says so.
 UPDATE triggers t
 SET status = 'publishing', partition = u.partition, routed_worker = u.routed_worker,

@@ -8,4 +8,4 @@ WHERE enabled
   AND next_fire_at <= now() + make_interval(secs => $2::float8 / 1000.0)
 ORDER BY next_fire_at
 LIMIT $3
-FOR UPDATE SKIP LOCKED
+FOR NO KEY UPDATE SKIP LOCKED

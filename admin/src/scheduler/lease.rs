@@ -36,7 +36,7 @@ pub struct Term {
 
 /// The lease check of every write that depends on leases: which of `terms` the database still
 /// gives to `admin` at their epochs, unexpired by its clock (one term per shard, by shard). Runs inside the caller's
-/// transaction and locks the lease rows `FOR SHARE`, so no takeover of a confirmed shard commits
+/// transaction and locks the lease rows `FOR KEY SHARE`, so no takeover of a confirmed shard commits
 /// before that transaction ends.
 pub async fn confirm(
     conn: &mut PgConnection,

@@ -1,18 +1,23 @@
-//! Publication: route, ledger before send, send, record after delivery.
+//! Publication: claim ahead (route, ledger before send), send at the fire time, record after
+//! delivery.
 //!
-//! 1. Route ([`Publisher::send`]): each due trigger of a shard this admin holds gets its
-//!    partition from the selector, and keeps the shard's [`Term`].
+//! 1. Route ([`Publisher::claim`]): each trigger due within the publish-ahead window
+//!    (`CADENZA_PUBLISH_AHEAD_MS`) of a shard this admin holds gets its partition from the
+//!    selector, and keeps the shard's [`Term`].
 //! 2. Ledger: the routed triggers are marked `publishing` with their partition and epoch, in one
 //!    transaction that checks this admin still holds each shard at that epoch
-//!    ([`lease::confirm`]).
-//! 3. Produce: they are handed to the producer (idempotent, `acks=all`) only while the lease is
-//!    trusted by this admin's clock; the producer's delivery timeout is shorter than the lease
-//!    margin, so nothing lands after the lease could have passed to another admin.
+//!    ([`lease::confirm`]). Doing this ahead of the fire time keeps the transaction out of the
+//!    fire lateness.
+//! 3. Produce ([`produce`]): at its fire time each is handed to the producer (idempotent,
+//!    `acks=all`), only while the lease is trusted by this admin's clock; the producer's
+//!    delivery timeout is shorter than the lease margin, so nothing lands after the lease could
+//!    have passed to another admin.
 //! 4. Record ([`record`]): delivered ones are recorded `published` with partition and offset, in
 //!    one statement.
 //!
-//! Step 4 of a batch overlaps steps 1–3 of the next ones (up to [`MAX_BATCHES_IN_FLIGHT`]), so
-//! a trigger due while a batch waits for its acknowledgements is not delayed by it.
+//! Steps 3 and 4 of a batch run in their own task, beside steps 1–2 of the next batches (up to
+//! [`MAX_BATCHES_IN_FLIGHT`] batches claimed and not yet recorded), so a trigger due while a
+//! batch waits for its fire times or its acknowledgements is not delayed by it.
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -33,25 +38,20 @@ use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
-/// Batches sent and not yet recorded.
-pub const MAX_BATCHES_IN_FLIGHT: usize = 4;
+/// Batches claimed and not yet recorded.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 32;
+
+/// A batch marked `publishing`, to be handed to the producer at its fire times.
+pub struct Claimed {
+    /// In fire time order.
+    claimed: Vec<Routed>,
+    outcome: PublishOutcome,
+}
 
 /// A batch handed to the producer, waiting for its acknowledgements.
 pub struct InFlight {
     sends: Vec<Sent>,
-    sent_at: DateTime<Utc>,
     outcome: PublishOutcome,
-}
-
-impl InFlight {
-    /// A batch of which nothing was handed to the producer.
-    fn nothing_sent(at: DateTime<Utc>, outcome: PublishOutcome) -> Self {
-        Self {
-            sends: Vec::new(),
-            sent_at: at,
-            outcome,
-        }
-    }
 }
 
 /// A trigger with its partition and the term of its shard.
@@ -81,6 +81,8 @@ pub struct PublishOutcome {
 struct Sent {
     id: i64,
     fire_time: DateTime<Utc>,
+    /// When it was handed to the producer (database clock).
+    sent_at: DateTime<Utc>,
     job_type: JobType,
     delivery: DeliveryFuture,
     span: tracing::Span,
@@ -103,8 +105,9 @@ impl Publisher {
         }
     }
 
-    /// Publishes due triggers until `stop`; batches in flight are recorded first.
+    /// Publishes due triggers until `stop`; batches claimed are sent and recorded first.
     pub async fn run(self, stop: CancellationToken) {
+        let ahead = self.ctx.config.publish_ahead();
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
             while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
@@ -114,7 +117,7 @@ impl Publisher {
             let batch = self
                 .ctx
                 .wheel
-                .next_due(MAX_BATCH, &self.ctx.clock, &stop)
+                .next_due(MAX_BATCH, &self.ctx.clock, ahead, &stop)
                 .await;
             if batch.is_empty() {
                 if stop.is_cancelled() {
@@ -123,19 +126,22 @@ impl Publisher {
                 continue;
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
-            let round = async { self.send(batch).await.map_err(anyhow::Error::from) };
+            let round = async { self.claim(batch).await.map_err(anyhow::Error::from) };
             match guard::round("publication", round).await {
-                Ok(sent) => {
+                Ok(claimed) => {
                     let ctx = self.ctx.clone();
                     in_flight.spawn(async move {
-                        let round = async { record(&ctx, sent).await.map_err(anyhow::Error::from) };
-                        match guard::round("recording a publication", round).await {
+                        let round = async {
+                            let sent = produce(&ctx, claimed).await?;
+                            record(&ctx, sent).await.map_err(anyhow::Error::from)
+                        };
+                        match guard::round("sending and recording a publication", round).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
                                 ?o,
                                 "some triggers could not be published; they are read back and retried"
                             ),
                             Ok(_) => {}
-                            Err(e) => tracing::error!(error = %e, "recording a publication batch failed; it is read back"),
+                            Err(e) => tracing::error!(error = %e, "sending or recording a publication batch failed; it is read back"),
                         }
                         ctx.wheel.settle(ids);
                     });
@@ -149,15 +155,17 @@ impl Publisher {
         while in_flight.join_next().await.is_some() {}
     }
 
-    /// Steps 1–3 for one batch: route, ledger, then hand the messages to the producer.
-    pub async fn send(&self, batch: Vec<PendingTrigger>) -> Result<InFlight, SchedulerError> {
+    /// Steps 1–2 for one batch: route, then the ledger. Returns the triggers marked
+    /// `publishing`, for [`produce`].
+    pub async fn claim(&self, batch: Vec<PendingTrigger>) -> Result<Claimed, SchedulerError> {
         let mut outcome = PublishOutcome::default();
         let routed = self.route(batch, &mut outcome).await?;
-        if routed.is_empty() {
-            return Ok(InFlight::nothing_sent(self.ctx.clock.now(), outcome));
-        }
-        let claimed = self.ledger(routed, &mut outcome).await?;
-        self.produce(claimed, outcome)
+        let claimed = if routed.is_empty() {
+            routed
+        } else {
+            self.ledger(routed, &mut outcome).await?
+        };
+        Ok(Claimed { claimed, outcome })
     }
 
     /// Step 1: the partition of each trigger of a shard held right now, with the shard's term;
@@ -227,67 +235,68 @@ impl Publisher {
         routed.retain(|r| claimed.contains(&r.trigger.id.0));
         Ok(routed)
     }
+}
 
-    /// Step 3: hands the claimed triggers to the producer, only while the lease is trusted by
-    /// this admin's clock: checked right before each message, against the leases' current
-    /// `trusted_until` (the producer's delivery timeout is shorter than the margin). Triggers not
-    /// handed over stay `publishing` and are resolved by read-back.
-    fn produce(
-        &self,
-        claimed: Vec<Routed>,
-        mut outcome: PublishOutcome,
-    ) -> Result<InFlight, SchedulerError> {
-        let Some(trusted_until) = self.ctx.leases.trusted_until() else {
-            outcome.failed = claimed.len();
-            return Ok(InFlight::nothing_sent(self.ctx.clock.now(), outcome));
+/// Step 3: hands each claimed trigger to the producer at its fire time (by the database clock),
+/// only while the lease is trusted by this admin's clock: checked right before each message,
+/// against the leases' current `trusted_until` (the producer's delivery timeout is shorter than
+/// the margin). Triggers not handed over stay `publishing` and are resolved by read-back.
+pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight, SchedulerError> {
+    let Claimed {
+        claimed,
+        mut outcome,
+    } = batch;
+    let topics = ctx.kafka.topics();
+    let mut sends = Vec::with_capacity(claimed.len());
+    let mut unsent = 0;
+    ctx.kafka.renew_producer_if_fatal();
+    let producer = ctx.kafka.producer();
+    for Routed {
+        trigger: t, route, ..
+    } in &claimed
+    {
+        let wait = (t.fire_time - ctx.clock.now()).num_milliseconds();
+        if wait > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(wait.unsigned_abs())).await;
+        }
+        let Some(trusted_until) = ctx.leases.trusted_until() else {
+            unsent += 1;
+            continue;
         };
-        let topics = self.ctx.kafka.topics();
-        let now = self.ctx.clock.now();
-        self.ctx.kafka.renew_producer_if_fatal();
-        let producer = self.ctx.kafka.producer();
-        let mut sends = Vec::with_capacity(claimed.len());
-        let mut unsent = 0;
-        for Routed {
-            trigger: t, route, ..
-        } in &claimed
-        {
-            if std::time::Instant::now() >= trusted_until {
+        if std::time::Instant::now() >= trusted_until {
+            unsent += 1;
+            continue;
+        }
+        let now = ctx.clock.now();
+        let payload = serde_json::to_vec(&message(t, route, now))?;
+        let key = t.job_id.0.to_string();
+        let topic = topics.trigger(&t.job_type);
+        let span = publish_span(t, route);
+        let record = FutureRecord::to(&topic)
+            .partition(route.partition)
+            .key(&key)
+            .payload(&payload)
+            .headers(headers(&span));
+        match producer.send_result(record) {
+            Ok(delivery) => sends.push(Sent {
+                id: t.id.0,
+                fire_time: t.fire_time,
+                sent_at: now,
+                job_type: t.job_type.clone(),
+                delivery,
+                span,
+            }),
+            Err((e, _)) => {
+                tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
                 unsent += 1;
-                continue;
-            }
-            let payload = serde_json::to_vec(&message(t, route, now))?;
-            let key = t.job_id.0.to_string();
-            let topic = topics.trigger(&t.job_type);
-            let span = publish_span(t, route);
-            let record = FutureRecord::to(&topic)
-                .partition(route.partition)
-                .key(&key)
-                .payload(&payload)
-                .headers(headers(&span));
-            match producer.send_result(record) {
-                Ok(delivery) => sends.push(Sent {
-                    id: t.id.0,
-                    fire_time: t.fire_time,
-                    job_type: t.job_type.clone(),
-                    delivery,
-                    span,
-                }),
-                Err((e, _)) => {
-                    tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
-                    unsent += 1;
-                }
             }
         }
-        if unsent > 0 {
-            tracing::warn!(count = unsent, "not sent (lease ran out or producer refused); the rows stay publishing and are resolved by read-back");
-        }
-        outcome.failed = unsent;
-        Ok(InFlight {
-            sends,
-            sent_at: now,
-            outcome,
-        })
     }
+    if unsent > 0 {
+        tracing::warn!(count = unsent, "not sent (lease ran out or producer refused); the rows stay publishing and are resolved by read-back");
+    }
+    outcome.failed = unsent;
+    Ok(InFlight { sends, outcome })
 }
 
 /// The `publish` span of a run, where its trace starts (`Span::none()` unless spans are
@@ -345,17 +354,14 @@ pub async fn record(
     ctx: &SchedulerContext,
     batch: InFlight,
 ) -> Result<PublishOutcome, SchedulerError> {
-    let InFlight {
-        sends,
-        sent_at,
-        mut outcome,
-    } = batch;
+    let InFlight { sends, mut outcome } = batch;
     let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
     let mut lateness = Vec::with_capacity(sends.len());
     let mut types = Vec::with_capacity(sends.len());
     for Sent {
         id,
         fire_time,
+        sent_at,
         job_type,
         delivery,
         span,

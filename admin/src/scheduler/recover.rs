@@ -34,7 +34,8 @@ pub async fn load_shards(
 ) -> Result<usize, SchedulerError> {
     let shards = ShardId::to_db_all(shards);
     apply_misfires(ctx, &shards).await?;
-    load_pending(ctx, &shards, ctx.config.lookahead_ms).await
+    // Up to the planning horizon: the scan writes a claimed job's fires that far ahead.
+    load_pending(ctx, &shards, ctx.config.plan_horizon_ms()).await
 }
 
 async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> Result<(), SchedulerError> {
@@ -94,9 +95,20 @@ pub enum ReadBack {
     /// sends have settled (the previous lease's expiry plus the margin) — and runs of this
     /// holder's epoch whose send has settled.
     AfterTakeover,
-    /// Only runs whose send has settled by their age (twice the lease margin), whoever marked
+    /// Only runs whose send has settled by their age ([`settled_after_ms`]), whoever marked
     /// them.
     Settled,
+}
+
+/// How long after its `publishing` mark a run's send has landed or failed, whoever made it: the
+/// run is sent at most the publish-ahead after its mark (at its fire time), and its delivery
+/// times out before the lease margin ends; twice the margin leaves the same again to spare.
+pub fn settled_after_ms(config: &crate::config::SchedulerArgs) -> u64 {
+    let ahead = u64::try_from(config.publish_ahead().as_millis()).unwrap_or(u64::MAX);
+    config
+        .lease_margin_ms
+        .saturating_mul(2)
+        .saturating_add(ahead)
 }
 
 /// What a read-back did.
@@ -134,7 +146,7 @@ pub async fn resolve_publishing(
     let rows: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_rows"))
         .bind(&shard_ids)
         .bind(&epochs)
-        .bind((ctx.config.lease_margin_ms * 2) as f64)
+        .bind(settled_after_ms(&ctx.config) as f64)
         .bind(which == ReadBack::AfterTakeover)
         .fetch_all(&ctx.pool)
         .await?;

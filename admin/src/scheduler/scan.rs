@@ -157,7 +157,7 @@ pub struct ScanOutcome {
 
 /// Plans one due job. A job whose stored definition cannot be read, or whose planning fails in
 /// any way, stops firing (logged) instead of stopping the scan of every other job.
-fn plan_job(job: &DueJob, lookahead: chrono::Duration) -> Plan {
+fn plan_job(job: &DueJob, horizon: chrono::Duration) -> Plan {
     let stop = |what: &str, error: &dyn std::fmt::Display| {
         tracing::error!(job_id = job.id, %error, "{what}; the job stops firing until it is edited");
         Plan {
@@ -176,7 +176,7 @@ fn plan_job(job: &DueJob, lookahead: chrono::Duration) -> Plan {
     };
     let until = job
         .db_now
-        .checked_add_signed(lookahead)
+        .checked_add_signed(horizon)
         .unwrap_or(DateTime::<Utc>::MAX_UTC);
     let planned = std::panic::catch_unwind(|| {
         plan_fires(
@@ -216,12 +216,12 @@ struct Expansion {
 /// than one only for `sharding_broadcast`); a misfired one stays one row.
 fn expand(
     due: &[DueJob],
-    lookahead: chrono::Duration,
+    horizon: chrono::Duration,
     broadcast_runs: impl Fn(&DueJob) -> i32,
 ) -> Expansion {
     let mut x = Expansion::default();
     for job in due {
-        let plan = plan_job(job, lookahead);
+        let plan = plan_job(job, horizon);
         let runs = broadcast_runs(job);
         for f in &plan.fires {
             let n = if f.status == RunStatus::Scheduled {
@@ -285,9 +285,11 @@ impl Scanner {
 
     /// One batch, in one transaction:
     ///
-    /// 1. confirm the leases of the held shards ([`lease::confirm`], `FOR SHARE`);
-    /// 2. claim up to `scan_batch` due jobs of the confirmed shards (`FOR UPDATE SKIP LOCKED`);
-    /// 3. expand them into trigger rows and job advances (`expand`, no I/O);
+    /// 1. confirm the leases of the held shards ([`lease::confirm`], `FOR KEY SHARE`);
+    /// 2. claim up to `scan_batch` jobs of the confirmed shards due within the lookahead
+    ///    (`FOR NO KEY UPDATE SKIP LOCKED`);
+    /// 3. expand them into trigger rows up to the planning horizon (twice the lookahead) and job
+    ///    advances (`expand`, no I/O);
     /// 4. write them: insert the triggers, advance the jobs, follow up the misfired runs, commit;
     /// 5. hand the `scheduled` triggers to the timer.
     pub async fn run_once(&self) -> Result<ScanOutcome, SchedulerError> {
@@ -326,8 +328,10 @@ impl Scanner {
         };
         let write = async {
             // 3. A `sharding_broadcast` fire is one run per live worker (shard i of n).
-            let lookahead = chrono::Duration::milliseconds(cfg.lookahead_ms as i64);
-            let expansion = expand(&due, lookahead, |job| {
+            let horizon = chrono::Duration::milliseconds(
+                i64::try_from(cfg.plan_horizon_ms()).unwrap_or(i64::MAX),
+            );
+            let expansion = expand(&due, horizon, |job| {
                 self.ctx
                     .registry
                     .shard_total_stored(&job.route, &job.job_type)

@@ -87,19 +87,22 @@ impl Wheel {
         self.len() == 0
     }
 
-    /// Waits until at least one trigger is due by `clock` (the database's) and returns every due
-    /// trigger (up to `max`), or an empty batch when `cancel` fires.
+    /// Waits until at least one trigger is due within `ahead` by `clock` (the database's) and
+    /// returns every trigger due by then (up to `max`, earliest first), or an empty batch when
+    /// `cancel` fires.
     pub async fn next_due(
         &self,
         max: usize,
         clock: &DbClock,
+        ahead: std::time::Duration,
         cancel: &CancellationToken,
     ) -> Vec<PendingTrigger> {
+        let ahead_ms = i64::try_from(ahead.as_millis()).unwrap_or(i64::MAX);
         loop {
             let notified = self.changed.notified();
             let wait_ms = {
                 let mut inner = self.lock();
-                let now = clock.now().timestamp_millis();
+                let now = clock.now().timestamp_millis().saturating_add(ahead_ms);
                 match inner.queue.keys().next() {
                     Some(&(due, _)) if due <= now => {
                         let mut out = Vec::new();
@@ -139,6 +142,9 @@ mod tests {
     use cadenza_schemas::{BlockStrategy, JobId, JobType, RouteStrategy, TriggerId, TriggerKind};
     use chrono::{DateTime, Duration, Utc};
 
+    /// Due now, nothing ahead.
+    const NOW: std::time::Duration = std::time::Duration::ZERO;
+
     fn trig(id: i64, shard: u32, fire_time: DateTime<Utc>) -> PendingTrigger {
         PendingTrigger {
             id: TriggerId(id),
@@ -169,9 +175,9 @@ mod tests {
         ]);
         w.insert(vec![trig(1, 0, now)]); // duplicate id ignored
         let cancel = CancellationToken::new();
-        let first = w.next_due(100, &DbClock::default(), &cancel).await;
+        let first = w.next_due(100, &DbClock::default(), NOW, &cancel).await;
         assert_eq!(first.iter().map(|t| t.id.0).collect::<Vec<_>>(), vec![1]);
-        let second = w.next_due(100, &DbClock::default(), &cancel).await;
+        let second = w.next_due(100, &DbClock::default(), NOW, &cancel).await;
         assert_eq!(second[0].id.0, 3);
         assert!(Utc::now() >= now + Duration::milliseconds(30));
         w.drop_shards(&[ShardId(0)]);
@@ -186,7 +192,8 @@ mod tests {
         let w2 = w.clone();
         let cancel = CancellationToken::new();
         let c2 = cancel.clone();
-        let waiter = tokio::spawn(async move { w2.next_due(10, &DbClock::default(), &c2).await });
+        let waiter =
+            tokio::spawn(async move { w2.next_due(10, &DbClock::default(), NOW, &c2).await });
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         w.insert(vec![trig(2, 0, Utc::now())]);
         let got = tokio::time::timeout(std::time::Duration::from_secs(2), waiter)
@@ -215,7 +222,7 @@ mod tests {
         let ahead = DbClock::with_offset(Duration::seconds(10));
         let got = tokio::time::timeout(
             std::time::Duration::from_secs(2),
-            w.next_due(10, &ahead, &cancel),
+            w.next_due(10, &ahead, NOW, &cancel),
         )
         .await
         .expect("released at once by the database clock");
@@ -225,12 +232,36 @@ mod tests {
         w.insert(vec![trig(3, 0, local - Duration::seconds(5))]);
         let waited = tokio::time::timeout(
             std::time::Duration::from_millis(300),
-            w.next_due(10, &behind, &cancel),
+            w.next_due(10, &behind, NOW, &cancel),
         )
         .await;
         assert!(
             waited.is_err(),
             "released before its fire time by the database clock"
         );
+    }
+
+    #[tokio::test]
+    async fn releases_what_is_due_within_ahead() {
+        let w = Wheel::default();
+        let now = Utc::now();
+        w.insert(vec![
+            trig(1, 0, now + Duration::milliseconds(100)),
+            trig(2, 0, now + Duration::seconds(30)),
+        ]);
+        let cancel = CancellationToken::new();
+        let got = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            w.next_due(
+                10,
+                &DbClock::default(),
+                std::time::Duration::from_millis(500),
+                &cancel,
+            ),
+        )
+        .await
+        .expect("a trigger due within the 500 ms ahead is released at once");
+        assert_eq!(got.iter().map(|t| t.id.0).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(w.len(), 1, "the one due in 30 s waits");
     }
 }

@@ -672,10 +672,10 @@ async fn ms_after_fire(
 }
 
 /// The statements that took the most database time since the window started.
-async fn top_statements(pool: &PgPool) -> Result<Vec<(String, i64, f64, f64)>> {
+async fn top_statements(pool: &PgPool) -> Result<Vec<(String, i64, f64, f64, f64)>> {
     Ok(sqlx::query_as(
         "SELECT regexp_replace(left(query, 400), '\\s+', ' ', 'g'), calls,
-                total_exec_time, total_plan_time
+                total_exec_time, total_plan_time, wal_bytes::float8
          FROM pg_stat_statements
          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
          ORDER BY total_exec_time + total_plan_time DESC LIMIT 15",
@@ -684,19 +684,20 @@ async fn top_statements(pool: &PgPool) -> Result<Vec<(String, i64, f64, f64)>> {
     .await?)
 }
 
-fn print_statements(rows: &[(String, i64, f64, f64)]) {
+fn print_statements(rows: &[(String, i64, f64, f64, f64)]) {
     if rows.is_empty() {
         return;
     }
     let (exec, plan): (f64, f64) = rows.iter().fold((0.0, 0.0), |a, r| (a.0 + r.2, a.1 + r.3));
     println!("database time by statement (top 15: {exec:.0} ms executing, {plan:.0} ms planning):");
     println!(
-        "  {:>9} {:>9} {:>8} {:>8}",
-        "exec ms", "plan ms", "calls", "ms/call"
+        "  {:>9} {:>9} {:>8} {:>8} {:>9}",
+        "exec ms", "plan ms", "calls", "ms/call", "WAL MiB"
     );
-    for (query, calls, exec, plan) in rows {
+    for (query, calls, exec, plan, wal) in rows {
         let short: String = query.chars().take(100).collect();
         let per = (exec + plan) / (*calls).max(1) as f64;
-        println!("  {exec:>9.0} {plan:>9.0} {calls:>8} {per:>8.2}  {short}");
+        let wal = wal / 1048576.0;
+        println!("  {exec:>9.0} {plan:>9.0} {calls:>8} {per:>8.2} {wal:>9.1}  {short}");
     }
 }

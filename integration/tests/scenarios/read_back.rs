@@ -44,6 +44,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
         lease_renew_ms: 3_000,
         lease_margin_ms: 1_500,
         lookahead_ms: 2_000,
+        publish_ahead_ms: 250,
         scan_interval_ms: 500,
         scan_batch: 1_000,
         lost_grace_ms: 60_000,
