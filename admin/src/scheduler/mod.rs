@@ -71,13 +71,15 @@ pub fn spawn(
     let stop_publishing = CancellationToken::new();
     let publisher = publish::Publisher::new(ctx.clone());
     let lease_mgr = lease::LeaseManager::new(ctx.clone());
-    let scanner = scan::Scanner::new(ctx.clone());
 
     let publish_task = {
         let stop = stop_publishing.clone();
         tracker.spawn(async move { publisher.run(stop).await })
     };
-    tracker.spawn(scanner.run(shutdown.clone()));
+    // Scanners claim disjoint jobs (`SKIP LOCKED`), so one scan's transaction overlaps the next.
+    for _ in 0..scan::scanners() {
+        tracker.spawn(scan::Scanner::new(ctx.clone()).run(shutdown.clone()));
+    }
     tracker.spawn(recover::listen(ctx.clone(), shutdown.clone()));
     tracker.spawn(lost::LostSweeper::new(ctx.clone()).run(shutdown.clone()));
     tracker.spawn(async move {

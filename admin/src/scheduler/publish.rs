@@ -1,10 +1,10 @@
 //! Publication: claim ahead (route, ledger before send), send at the fire time, record after
 //! delivery.
 //!
-//! 1. Route ([`Publisher::claim`]): each trigger due within the publish-ahead window
+//! 1. Route (`Publisher::route`, in the publisher's loop): each trigger due within the publish-ahead window
 //!    (`CADENZA_PUBLISH_AHEAD_MS`) of a shard this admin holds gets its partition from the
 //!    selector, and keeps the shard's [`Term`].
-//! 2. Ledger: the routed triggers are marked `publishing` with their partition and epoch, in one
+//! 2. Ledger (`ledger`): the routed triggers are marked `publishing` with their partition and epoch, in one
 //!    transaction that checks this admin still holds each shard at that epoch
 //!    ([`lease::confirm`]). Doing this ahead of the fire time keeps the transaction out of the
 //!    fire lateness.
@@ -15,9 +15,9 @@
 //! 4. Record ([`record`]): delivered ones are recorded `published` with partition and offset, in
 //!    one statement.
 //!
-//! Steps 3 and 4 of a batch run in their own task, beside steps 1–2 of the next batches (up to
-//! [`MAX_BATCHES_IN_FLIGHT`] batches claimed and not yet recorded), so a trigger due while a
-//! batch waits for its fire times or its acknowledgements is not delayed by it.
+//! Steps 2–4 of a batch run in their own task, beside those of the next batches (up to
+//! [`MAX_BATCHES_IN_FLIGHT`] batches routed and not yet recorded), so neither a slow ledger
+//! transaction nor a batch waiting for its fire times or its acknowledgements delays the next.
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -38,8 +38,18 @@ use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
-/// Batches claimed and not yet recorded.
+/// Batches routed and not yet recorded.
 pub const MAX_BATCHES_IN_FLIGHT: usize = 32;
+/// Ledger transactions at once. More than one lets a slow transaction overlap the next; few,
+/// because each locks the lease rows of its shards (`FOR KEY SHARE`), and many lockers of one
+/// row cost PostgreSQL a multixact each.
+const LEDGERS_AT_ONCE: usize = 3;
+
+/// A batch routed, in fire time order, to be marked `publishing` (step 2).
+pub struct RoutedBatch {
+    routed: Vec<Routed>,
+    outcome: PublishOutcome,
+}
 
 /// A batch marked `publishing`, to be handed to the producer at its fire times.
 pub struct Claimed {
@@ -108,6 +118,12 @@ impl Publisher {
     /// Publishes due triggers until `stop`; batches claimed are sent and recorded first.
     pub async fn run(self, stop: CancellationToken) {
         let ahead = self.ctx.config.publish_ahead();
+        let ledgers = Arc::new(tokio::sync::Semaphore::new(
+            std::env::var("CADENZA_LEDGERS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(LEDGERS_AT_ONCE),
+        ));
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
             while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
@@ -126,28 +142,33 @@ impl Publisher {
                 continue;
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
-            let round = async { self.claim(batch).await.map_err(anyhow::Error::from) };
-            match guard::round("publication", round).await {
-                Ok(claimed) => {
+            let round = async { self.route(batch).await.map_err(anyhow::Error::from) };
+            match guard::round("routing a publication", round).await {
+                Ok(routed) => {
                     let ctx = self.ctx.clone();
+                    let ledgers = ledgers.clone();
                     in_flight.spawn(async move {
                         let round = async {
+                            let claimed = {
+                                let _turn = ledgers.acquire().await?;
+                                ledger(&ctx, routed).await?
+                            };
                             let sent = produce(&ctx, claimed).await?;
                             record(&ctx, sent).await.map_err(anyhow::Error::from)
                         };
-                        match guard::round("sending and recording a publication", round).await {
+                        match guard::round("publishing a batch", round).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
                                 ?o,
                                 "some triggers could not be published; they are read back and retried"
                             ),
                             Ok(_) => {}
-                            Err(e) => tracing::error!(error = %e, "sending or recording a publication batch failed; it is read back"),
+                            Err(e) => tracing::error!(error = %e, "publishing a batch failed; triggers not yet marked stay scheduled, marked ones are read back"),
                         }
                         ctx.wheel.settle(ids);
                     });
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled");
+                    tracing::error!(error = %e, "routing a publication batch failed; its triggers stay scheduled");
                     self.ctx.wheel.settle(ids);
                 }
             }
@@ -155,26 +176,10 @@ impl Publisher {
         while in_flight.join_next().await.is_some() {}
     }
 
-    /// Steps 1–2 for one batch: route, then the ledger. Returns the triggers marked
-    /// `publishing`, for [`produce`].
-    pub async fn claim(&self, batch: Vec<PendingTrigger>) -> Result<Claimed, SchedulerError> {
-        let mut outcome = PublishOutcome::default();
-        let routed = self.route(batch, &mut outcome).await?;
-        let claimed = if routed.is_empty() {
-            routed
-        } else {
-            self.ledger(routed, &mut outcome).await?
-        };
-        Ok(Claimed { claimed, outcome })
-    }
-
     /// Step 1: the partition of each trigger of a shard held right now, with the shard's term;
     /// triggers of other shards are skipped.
-    async fn route(
-        &self,
-        batch: Vec<PendingTrigger>,
-        outcome: &mut PublishOutcome,
-    ) -> Result<Vec<Routed>, SchedulerError> {
+    async fn route(&self, batch: Vec<PendingTrigger>) -> Result<RoutedBatch, SchedulerError> {
+        let mut outcome = PublishOutcome::default();
         let mut routed = Vec::with_capacity(batch.len());
         for trigger in batch {
             let Some(term) = self.ctx.leases.term(trigger.shard) else {
@@ -197,44 +202,54 @@ impl Publisher {
                 term,
             });
         }
-        Ok(routed)
+        Ok(RoutedBatch { routed, outcome })
     }
+}
 
-    /// Step 2: marks the routed triggers `publishing` with their partition and epoch, in one
-    /// transaction with the check of their shards' leases ([`lease::confirm`]). Returns those
-    /// marked; the others (lease lost, or no longer `scheduled`) count as skipped.
-    async fn ledger(
-        &self,
-        mut routed: Vec<Routed>,
-        outcome: &mut PublishOutcome,
-    ) -> Result<Vec<Routed>, SchedulerError> {
-        let before = routed.len();
-        let terms: Vec<Term> = routed.iter().map(|r| r.term).collect();
-        let mut tx = self.ctx.pool.begin().await?;
-        let valid: HashSet<ShardId> = lease::confirm(&mut tx, &self.ctx.admin_id, &terms)
-            .await?
-            .into_iter()
-            .map(|t| t.shard)
-            .collect();
-        routed.retain(|r| valid.contains(&r.trigger.shard));
-        let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
-            .bind(routed.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
-            .bind(routed.iter().map(|r| r.route.partition).collect::<Vec<_>>())
-            .bind(
-                routed
-                    .iter()
-                    .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(routed.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let claimed: HashSet<i64> = claimed.into_iter().collect();
-        outcome.skipped += before - claimed.len();
-        routed.retain(|r| claimed.contains(&r.trigger.id.0));
-        Ok(routed)
+/// Step 2: marks the routed triggers `publishing` with their partition and epoch, in one
+/// transaction with the check of their shards' leases ([`lease::confirm`]). Returns those
+/// marked; the others (lease lost, or no longer `scheduled`) count as skipped. Batches are
+/// marked in their own tasks, up to `LEDGERS_AT_ONCE` at a time.
+async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, SchedulerError> {
+    let RoutedBatch {
+        mut routed,
+        mut outcome,
+    } = batch;
+    if routed.is_empty() {
+        return Ok(Claimed {
+            claimed: routed,
+            outcome,
+        });
     }
+    let before = routed.len();
+    let terms: Vec<Term> = routed.iter().map(|r| r.term).collect();
+    let mut tx = ctx.pool.begin().await?;
+    let valid: HashSet<ShardId> = lease::confirm(&mut tx, &ctx.admin_id, &terms)
+        .await?
+        .into_iter()
+        .map(|t| t.shard)
+        .collect();
+    routed.retain(|r| valid.contains(&r.trigger.shard));
+    let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
+        .bind(routed.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+        .bind(routed.iter().map(|r| r.route.partition).collect::<Vec<_>>())
+        .bind(
+            routed
+                .iter()
+                .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(routed.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    let claimed: HashSet<i64> = claimed.into_iter().collect();
+    outcome.skipped += before - claimed.len();
+    routed.retain(|r| claimed.contains(&r.trigger.id.0));
+    Ok(Claimed {
+        claimed: routed,
+        outcome,
+    })
 }
 
 /// Step 3: hands each claimed trigger to the producer at its fire time (by the database clock),

@@ -278,6 +278,19 @@ async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, Schedu
     Ok(Written { rows, ended })
 }
 
+/// Scan loops per admin. Each claims the earliest due jobs its shards hold that no other
+/// transaction has locked, so they never claim the same job; two keep PostgreSQL busy while
+/// one writes its batch.
+pub const SCANNERS: usize = 2;
+
+/// TEMPORARY: scan loops, `CADENZA_SCANNERS` overrides [`SCANNERS`] while measuring.
+pub fn scanners() -> usize {
+    std::env::var("CADENZA_SCANNERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SCANNERS)
+}
+
 impl Scanner {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
         Self { ctx }

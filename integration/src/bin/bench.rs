@@ -47,6 +47,9 @@ struct Args {
     /// Print the statements that took the most database time (`pg_stat_statements`).
     statements: bool,
     json: bool,
+    /// `KEY=VALUE` settings given to the admin (`--admin-env`) and to each worker (`--worker-env`).
+    admin_env: Vec<(String, String)>,
+    worker_env: Vec<(String, String)>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -58,6 +61,8 @@ fn parse_args() -> Result<Args> {
         backlog: None,
         statements: false,
         json: false,
+        admin_env: Vec::new(),
+        worker_env: Vec::new(),
     };
     let mut workers_given = false;
     let mut it = std::env::args().skip(1);
@@ -84,10 +89,13 @@ fn parse_args() -> Result<Args> {
             }
             "--statements" => a.statements = true,
             "--json" => a.json = true,
+            "--admin-env" => a.admin_env.push(setting(&value("--admin-env")?)?),
+            "--worker-env" => a.worker_env.push(setting(&value("--worker-env")?)?),
             "-h" | "--help" => {
                 println!(
                     "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements] [--json]\n\
-                     bench --backlog N [--workers N (1)] [--statements] [--json]"
+                     bench --backlog N [--workers N (1)] [--statements] [--json]\n\
+                     both: [--admin-env KEY=VALUE]... [--worker-env KEY=VALUE]... (settings such as CADENZA_PUBLISH_AHEAD_MS)"
                 );
                 std::process::exit(0);
             }
@@ -109,6 +117,21 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
+}
+
+/// `KEY=VALUE`.
+fn setting(s: &str) -> Result<(String, String)> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => bail!("{s:?}: expected KEY=VALUE"),
+    }
+}
+
+fn pairs(settings: &[(String, String)]) -> Vec<(&str, &str)> {
+    settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -254,11 +277,14 @@ fn rss_mib(pid: u32) -> f64 {
 }
 
 /// Starts the cluster, the admin and the first job through the API (which creates the topic).
-async fn start(every_ms: i64) -> Result<(Cluster, cadenza_integration::AdminHandle, PgPool)> {
+async fn start(
+    every_ms: i64,
+    args: &Args,
+) -> Result<(Cluster, cadenza_integration::AdminHandle, PgPool)> {
     let cluster = Cluster::start().await?;
-    let admin = cluster
-        .spawn_admin(&[("RUST_LOG", "info,cadenza_admin::scheduler=debug")])
-        .await?;
+    let mut env = vec![("RUST_LOG", "info,cadenza_admin::scheduler=debug")];
+    env.extend(pairs(&args.admin_env));
+    let admin = cluster.spawn_admin(&env).await?;
     let (status, body) = admin
         .api()
         .post_json(
@@ -357,12 +383,12 @@ async fn steady(args: &Args) -> Result<()> {
         args.secs,
         args.workers
     );
-    let (cluster, admin, pool) = start(every_ms).await?;
+    let (cluster, admin, pool) = start(every_ms, args).await?;
     let mut workers = Vec::new();
     for _ in 0..args.workers {
         workers.push(
             cluster
-                .spawn_worker("bench.noop=noop", "bench", &[])
+                .spawn_worker("bench.noop=noop", "bench", &pairs(&args.worker_env))
                 .await?,
         );
     }
@@ -540,7 +566,7 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
         args.workers
     );
     // Every job fires once in the first second and next an hour later.
-    let (cluster, admin, pool) = start(3_600_000).await?;
+    let (cluster, admin, pool) = start(3_600_000, args).await?;
     insert_jobs(&pool, n, 3_600_000, 1_000, Duration::from_secs(1)).await?;
     let waited = Instant::now();
     loop {
@@ -564,7 +590,7 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
     for _ in 0..args.workers {
         workers.push(
             cluster
-                .spawn_worker("bench.noop=noop", "bench", &[])
+                .spawn_worker("bench.noop=noop", "bench", &pairs(&args.worker_env))
                 .await?,
         );
     }
