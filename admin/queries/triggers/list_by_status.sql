@@ -1,5 +1,6 @@
--- As triggers/list, for one status ($2): a plain condition, so every plan can walk the index
--- triggers_status (status, id DESC) instead of every run.
+-- As triggers/list, for one status ($2). `TRUE /* index */` is replaced by a condition naming the
+-- statuses of the partial index that serves $2 (api::triggers::list_by_status), so that every
+-- plan PostgreSQL keeps for the statement can use that index instead of reading every run.
 SELECT id, job_id, job_type, kind, status, fire_time, params, attempt, shard_index, shard_total,
        route, requested_worker, routed_worker, route_note, partition, "offset", published_at, worker_id,
        worker_group, started_at, finished_at, message, NULL::text AS log, parent_id, retry_no,
@@ -7,6 +8,7 @@ SELECT id, job_id, job_type, kind, status, fire_time, params, attempt, shard_ind
 FROM triggers
 WHERE ($1::bigint IS NULL OR job_id = $1)
   AND status = $2
+  AND TRUE /* index */
   AND id < $3
   AND ($5::timestamptz IS NULL OR fire_time >= $5)
   AND ($6::timestamptz IS NULL OR fire_time < $6)

@@ -162,7 +162,7 @@ pub async fn list(
         ),
     };
     let statement = match status {
-        Some(_) => sql!("triggers/list_by_status"),
+        Some(s) => list_by_status(s),
         None => sql!("triggers/list"),
     };
     let mut runs: Vec<Run> = sqlx::query_as(statement)
@@ -465,6 +465,38 @@ pub async fn log_stream(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// `triggers/list_by_status` for `status`, with the condition that lets every plan of the
+/// statement use the index serving that status (migration 0013): `triggers_pending` for
+/// scheduled and publishing runs, `triggers_running` for running ones, the newest runs first for
+/// succeeded ones (most runs), and `triggers_status` for the others.
+fn list_by_status(status: RunStatus) -> &'static str {
+    use std::sync::LazyLock;
+    const BASE: &str = sql!("triggers/list_by_status");
+    const PLACEHOLDER: &str = "TRUE /* index */";
+    static PENDING: LazyLock<String> =
+        LazyLock::new(|| BASE.replace(PLACEHOLDER, "status IN ('scheduled', 'publishing')"));
+    static RUNNING: LazyLock<String> =
+        LazyLock::new(|| BASE.replace(PLACEHOLDER, "status = 'running'"));
+    static ENDED: LazyLock<String> = LazyLock::new(|| {
+        BASE.replace(
+            PLACEHOLDER,
+            "status NOT IN ('scheduled', 'publishing', 'running', 'succeeded')",
+        )
+    });
+    match status {
+        RunStatus::Scheduled | RunStatus::Publishing => PENDING.as_str(),
+        RunStatus::Running => RUNNING.as_str(),
+        RunStatus::Succeeded => BASE,
+        RunStatus::Published
+        | RunStatus::Failed
+        | RunStatus::TimedOut
+        | RunStatus::Discarded
+        | RunStatus::Cancelled
+        | RunStatus::Lost
+        | RunStatus::Misfired => ENDED.as_str(),
+    }
 }
 
 #[cfg(test)]
