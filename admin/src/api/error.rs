@@ -31,8 +31,9 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// 409: a user of that name exists already.
     UserExists,
-    /// 409: the run cannot be cancelled: it already ended, or it is being published right now
-    /// (try again in a moment).
+    /// 409: the run cannot be cancelled: it already ended, or it is being published (from up to
+    /// `CADENZA_PUBLISH_AHEAD_MS` before its fire time until the broker acknowledges it; try
+    /// again in a moment).
     NotCancellable,
     /// 413: the request body is over the limit (1 MiB).
     PayloadTooLarge,

@@ -407,7 +407,8 @@ pub async fn enable(
     Ok(Json(set_enabled(&state, &p, &id, true).await?))
 }
 
-/// Disables a job: it stops firing; runs already due still run.
+/// Disables a job: it stops firing; runs already due, or claimed for publication (due within
+/// `CADENZA_PUBLISH_AHEAD_MS`), still run.
 #[utoipa::path(post, path = "/jobs/{id}/disable", tag = "jobs", params(Id),
     responses(
         (status = 200, description = "Disabled.", body = Job),

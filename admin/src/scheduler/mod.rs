@@ -77,7 +77,7 @@ pub fn spawn(
         tracker.spawn(async move { publisher.run(stop).await })
     };
     // Scanners claim disjoint jobs (`SKIP LOCKED`), so one scan's transaction overlaps the next.
-    for _ in 0..scan::scanners() {
+    for _ in 0..scan::SCANNERS {
         tracker.spawn(scan::Scanner::new(ctx.clone()).run(shutdown.clone()));
     }
     tracker.spawn(recover::listen(ctx.clone(), shutdown.clone()));

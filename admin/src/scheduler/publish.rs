@@ -9,15 +9,16 @@
 //!    ([`lease::confirm`]). Doing this ahead of the fire time keeps the transaction out of the
 //!    fire lateness.
 //! 3. Produce ([`produce`]): at its fire time each is handed to the producer (idempotent,
-//!    `acks=all`), only while the lease is trusted by this admin's clock; the producer's
+//!    `acks=all`), only while this admin still holds its shard at the epoch it was marked under
+//!    and trusts that lease by its own clock; the producer's
 //!    delivery timeout is shorter than the lease margin, so nothing lands after the lease could
 //!    have passed to another admin.
 //! 4. Record ([`record`]): delivered ones are recorded `published` with partition and offset, in
 //!    one statement.
 //!
-//! Steps 2–4 of a batch run in their own task, beside those of the next batches (up to
-//! [`MAX_BATCHES_IN_FLIGHT`] batches routed and not yet recorded), so neither a slow ledger
-//! transaction nor a batch waiting for its fire times or its acknowledgements delays the next.
+//! Steps 1–2 run in the publisher's loop, one batch after another; steps 3–4 of a batch run in
+//! its own task, beside the next batches (up to [`MAX_BATCHES_IN_FLIGHT`] batches marked and not
+//! yet recorded), so a batch waiting for its fire times or its acknowledgements delays no other.
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -38,12 +39,8 @@ use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
-/// Batches routed and not yet recorded.
+/// Batches marked and not yet recorded.
 pub const MAX_BATCHES_IN_FLIGHT: usize = 32;
-/// Ledger transactions at once. More than one lets a slow transaction overlap the next; few,
-/// because each locks the lease rows of its shards (`FOR KEY SHARE`), and many lockers of one
-/// row cost PostgreSQL a multixact each.
-const LEDGERS_AT_ONCE: usize = 3;
 
 /// A batch routed, in fire time order, to be marked `publishing` (step 2).
 pub struct RoutedBatch {
@@ -118,12 +115,6 @@ impl Publisher {
     /// Publishes due triggers until `stop`; batches claimed are sent and recorded first.
     pub async fn run(self, stop: CancellationToken) {
         let ahead = self.ctx.config.publish_ahead();
-        let ledgers = Arc::new(tokio::sync::Semaphore::new(
-            std::env::var("CADENZA_LEDGERS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(LEDGERS_AT_ONCE),
-        ));
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
             while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
@@ -142,33 +133,33 @@ impl Publisher {
                 continue;
             }
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
-            let round = async { self.route(batch).await.map_err(anyhow::Error::from) };
-            match guard::round("routing a publication", round).await {
-                Ok(routed) => {
+            // Marked one batch after another, so the runs of a job reach the topic in fire
+            // time order.
+            let round = async {
+                let routed = self.route(batch).await?;
+                ledger(&self.ctx, routed).await.map_err(anyhow::Error::from)
+            };
+            match guard::round("publication", round).await {
+                Ok(claimed) => {
                     let ctx = self.ctx.clone();
-                    let ledgers = ledgers.clone();
                     in_flight.spawn(async move {
                         let round = async {
-                            let claimed = {
-                                let _turn = ledgers.acquire().await?;
-                                ledger(&ctx, routed).await?
-                            };
                             let sent = produce(&ctx, claimed).await?;
                             record(&ctx, sent).await.map_err(anyhow::Error::from)
                         };
-                        match guard::round("publishing a batch", round).await {
+                        match guard::round("sending and recording a publication", round).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
                                 ?o,
                                 "some triggers could not be published; they are read back and retried"
                             ),
                             Ok(_) => {}
-                            Err(e) => tracing::error!(error = %e, "publishing a batch failed; triggers not yet marked stay scheduled, marked ones are read back"),
+                            Err(e) => tracing::error!(error = %e, "sending or recording a publication batch failed; it is read back"),
                         }
                         ctx.wheel.settle(ids);
                     });
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "routing a publication batch failed; its triggers stay scheduled");
+                    tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled");
                     self.ctx.wheel.settle(ids);
                 }
             }
@@ -208,8 +199,7 @@ impl Publisher {
 
 /// Step 2: marks the routed triggers `publishing` with their partition and epoch, in one
 /// transaction with the check of their shards' leases ([`lease::confirm`]). Returns those
-/// marked; the others (lease lost, or no longer `scheduled`) count as skipped. Batches are
-/// marked in their own tasks, up to `LEDGERS_AT_ONCE` at a time.
+/// marked; the others (lease lost, or no longer `scheduled`) count as skipped.
 async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, SchedulerError> {
     let RoutedBatch {
         mut routed,
@@ -253,9 +243,11 @@ async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, S
 }
 
 /// Step 3: hands each claimed trigger to the producer at its fire time (by the database clock),
-/// only while the lease is trusted by this admin's clock: checked right before each message,
-/// against the leases' current `trusted_until` (the producer's delivery timeout is shorter than
-/// the margin). Triggers not handed over stay `publishing` and are resolved by read-back.
+/// only while this admin holds its shard at the epoch it was marked under and trusts that lease
+/// by its own clock: checked right before each message, against the leases' current view (the
+/// producer's delivery timeout is shorter than the margin, and a shard is dropped from that view
+/// before it is handed back). Triggers not handed over stay `publishing` and are resolved by
+/// read-back.
 pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight, SchedulerError> {
     let Claimed {
         claimed,
@@ -267,18 +259,26 @@ pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight,
     ctx.kafka.renew_producer_if_fatal();
     let producer = ctx.kafka.producer();
     for Routed {
-        trigger: t, route, ..
+        trigger: t,
+        route,
+        term,
     } in &claimed
     {
-        let wait = (t.fire_time - ctx.clock.now()).num_milliseconds();
-        if wait > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(wait.unsigned_abs())).await;
+        // Rounded up: never before the fire time.
+        let wait_us = (t.fire_time - ctx.clock.now())
+            .num_microseconds()
+            .unwrap_or(0);
+        if wait_us > 0 {
+            tokio::time::sleep(std::time::Duration::from_micros(wait_us.unsigned_abs())).await;
         }
-        let Some(trusted_until) = ctx.leases.trusted_until() else {
-            unsent += 1;
-            continue;
-        };
-        if std::time::Instant::now() >= trusted_until {
+        // Only while this admin still holds the shard at the epoch the run was marked under,
+        // and trusts that lease by its own clock: a shard handed back or lost (and perhaps
+        // taken again at a new epoch) while the run waited for its fire time is left to the
+        // read-back of its holder.
+        let held = ctx.leases.term(t.shard).is_some_and(|now| {
+            now.epoch == term.epoch && std::time::Instant::now() < now.trusted_until
+        });
+        if !held {
             unsent += 1;
             continue;
         }
@@ -308,7 +308,7 @@ pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight,
         }
     }
     if unsent > 0 {
-        tracing::warn!(count = unsent, "not sent (lease ran out or producer refused); the rows stay publishing and are resolved by read-back");
+        tracing::warn!(count = unsent, "not sent (lease ran out, shard no longer held at the epoch they were marked under, or producer refused); the rows stay publishing and are resolved by read-back");
     }
     outcome.failed = unsent;
     Ok(InFlight { sends, outcome })

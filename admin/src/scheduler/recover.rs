@@ -101,8 +101,9 @@ pub enum ReadBack {
 }
 
 /// How long after its `publishing` mark a run's send has landed or failed, whoever made it: the
-/// run is sent at most the publish-ahead after its mark (at its fire time), and its delivery
-/// times out before the lease margin ends; twice the margin leaves the same again to spare.
+/// run is sent at its fire time, at most the publish-ahead after its mark (plus however long the
+/// marking transaction took), and its delivery times out before the lease margin ends; twice the
+/// margin leaves about the margin again to spare.
 pub fn settled_after_ms(config: &crate::config::SchedulerArgs) -> u64 {
     let ahead = u64::try_from(config.publish_ahead().as_millis()).unwrap_or(u64::MAX);
     config

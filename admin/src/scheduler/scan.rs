@@ -283,14 +283,6 @@ async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, Schedu
 /// one writes its batch.
 pub const SCANNERS: usize = 2;
 
-/// TEMPORARY: scan loops, `CADENZA_SCANNERS` overrides [`SCANNERS`] while measuring.
-pub fn scanners() -> usize {
-    std::env::var("CADENZA_SCANNERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(SCANNERS)
-}
-
 impl Scanner {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
         Self { ctx }

@@ -863,7 +863,9 @@ async fn schedule_kinds_edits_and_disabled_time() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::OK);
-    let off = Utc::now();
+    // A run already claimed for publication (due within CADENZA_PUBLISH_AHEAD_MS, 250 ms by
+    // default) still runs; none after that.
+    let off = Utc::now() + chrono::Duration::milliseconds(250 + 100);
     tokio::time::sleep(Duration::from_secs(7)).await;
     let on = Utc::now();
     let (status, job) = api
