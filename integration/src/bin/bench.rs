@@ -47,6 +47,9 @@ struct Args {
     /// Print the statements that took the most database time (`pg_stat_statements`).
     statements: bool,
     json: bool,
+    /// Environment of the workers (`--worker-env KEY=VALUE`, repeatable), e.g.
+    /// `CADENZA_WORKER_CAPACITY=64`.
+    worker_env: Vec<(String, String)>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -58,6 +61,7 @@ fn parse_args() -> Result<Args> {
         backlog: None,
         statements: false,
         json: false,
+        worker_env: Vec::new(),
     };
     let mut workers_given = false;
     let mut it = std::env::args().skip(1);
@@ -84,10 +88,17 @@ fn parse_args() -> Result<Args> {
             }
             "--statements" => a.statements = true,
             "--json" => a.json = true,
+            "--worker-env" => {
+                let kv = value("--worker-env")?;
+                let Some((k, v)) = kv.split_once('=') else {
+                    bail!("--worker-env takes KEY=VALUE, not {kv:?}");
+                };
+                a.worker_env.push((k.to_owned(), v.to_owned()));
+            }
             "-h" | "--help" => {
                 println!(
-                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements] [--json]\n\
-                     bench --backlog N [--workers N (1)] [--statements] [--json]"
+                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements] [--json] [--worker-env KEY=VALUE]…\n\
+                     bench --backlog N [--workers N (1)] [--statements] [--json] [--worker-env KEY=VALUE]…"
                 );
                 std::process::exit(0);
             }
@@ -109,6 +120,15 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
+}
+
+impl Args {
+    fn worker_env(&self) -> Vec<(&str, &str)> {
+        self.worker_env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -362,7 +382,7 @@ async fn steady(args: &Args) -> Result<()> {
     for _ in 0..args.workers {
         workers.push(
             cluster
-                .spawn_worker("bench.noop=noop", "bench", &[])
+                .spawn_worker("bench.noop=noop", "bench", &args.worker_env())
                 .await?,
         );
     }
@@ -564,7 +584,7 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
     for _ in 0..args.workers {
         workers.push(
             cluster
-                .spawn_worker("bench.noop=noop", "bench", &[])
+                .spawn_worker("bench.noop=noop", "bench", &args.worker_env())
                 .await?,
         );
     }
