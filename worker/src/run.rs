@@ -766,6 +766,11 @@ mod tests {
 
     impl Harness {
         fn new(capacity: usize) -> Self {
+            Self::with_commit_delay(capacity, Duration::ZERO)
+        }
+
+        /// Commit rounds that take `delay` each.
+        fn with_commit_delay(capacity: usize, delay: Duration) -> Self {
             let sink = Arc::new(Collect::default());
             let tp = TopicPartition::new("c.trigger.t.x", 0);
             let hand_back = CancellationToken::new();
@@ -780,6 +785,9 @@ mod tests {
                 async move {
                     loop {
                         progress.wake.notified().await;
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
                         let mut t = lock(&offsets);
                         let items = t.to_commit(&WorkerId("w1".into()), "g", false);
                         t.mark_committed(&items);
@@ -1006,6 +1014,26 @@ mod tests {
                 (2, "succeeded", 200),
             ])
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_commit_round_holds_no_capacity() {
+        // Rounds take 50 ms; one handler at a time. Both runs' `started` marks are made durable
+        // by the same round, then the handlers run one after the other: the second does not
+        // wait for a round of its own after the first gave its permit back.
+        let h = Harness::with_commit_delay(1, Duration::from_millis(50));
+        h.send(1, 7, BlockStrategy::SerialExecution, 0, 10);
+        h.send(2, 8, BlockStrategy::SerialExecution, 0, 10);
+        h.settle().await;
+        let mut started: Vec<u128> = h
+            .timeline()
+            .into_iter()
+            .filter(|(_, what, _)| what == "started")
+            .map(|(_, _, at)| at)
+            .collect();
+        started.sort_unstable();
+        assert_eq!(started, vec![50, 60]);
+        assert_eq!(h.position(), Some(3));
     }
 
     #[tokio::test(start_paused = true)]
