@@ -136,12 +136,32 @@ pub fn is_failure(status: RunStatus) -> bool {
     )
 }
 
+/// What the caller knows of runs that just ended, so that follow-ups no run needs are skipped.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// Some run is of a kind a `fix_delay` next time may follow (`fix_delay`, `misfire`, `retry`).
+    pub fix_delay: bool,
+    /// The runs that may set off child jobs: of a job with children, or of a broadcast fire.
+    pub parents: std::collections::HashSet<i64>,
+}
+
 /// Follows up the runs that just reached a terminal status (in this transaction), given with
 /// that status.
 pub async fn after_terminal(
     conn: &mut PgConnection,
     registry: &Registry,
     ended: &[(i64, RunStatus)],
+) -> Result<FollowUp, sqlx::Error> {
+    after_terminal_known(conn, registry, ended, None).await
+}
+
+/// [`after_terminal`], skipping the `fix_delay` and child-job steps where `known` says no run
+/// needs them (`None`: every step runs).
+pub async fn after_terminal_known(
+    conn: &mut PgConnection,
+    registry: &Registry,
+    ended: &[(i64, RunStatus)],
+    known: Option<&Known>,
 ) -> Result<FollowUp, sqlx::Error> {
     if ended.is_empty() {
         return Ok(FollowUp::default());
@@ -155,7 +175,9 @@ pub async fn after_terminal(
         .collect();
     let succeeded: Vec<i64> = ended
         .iter()
-        .filter(|(_, s)| *s == RunStatus::Succeeded)
+        .filter(|(id, s)| {
+            *s == RunStatus::Succeeded && known.is_none_or(|k| k.parents.contains(id))
+        })
         .map(|(id, _)| *id)
         .collect();
     let mut out = FollowUp {
@@ -176,11 +198,13 @@ pub async fn after_terminal(
             .await?
             .rows_affected();
     }
-    sqlx::query(sql!("ingest/fix_delay_next"))
-        .bind(&ids)
-        .bind(&retried_parents)
-        .execute(&mut *conn)
-        .await?;
+    if known.is_none_or(|k| k.fix_delay) {
+        sqlx::query(sql!("ingest/fix_delay_next"))
+            .bind(&ids)
+            .bind(&retried_parents)
+            .execute(&mut *conn)
+            .await?;
+    }
     if !succeeded.is_empty() {
         out.children = fire_children(conn, registry, &succeeded).await?;
     }

@@ -17,7 +17,7 @@ use rdkafka::ClientConfig;
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
 /// Default consumer group (`CADENZA_GROUP`).
 pub const DEFAULT_GROUP: &str = "cadenza-workers";
-/// Default number of runs executed at once across all jobs.
+/// Default number of handlers executing at once across all jobs.
 pub const DEFAULT_CAPACITY: u32 = 16;
 /// Default heartbeat interval.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
@@ -44,11 +44,14 @@ pub struct WorkerConfig {
     pub topics: Topics,
     /// This process's identity on the wire. Default: `<hostname>-<pid>-<random>`.
     pub worker_id: WorkerId,
-    /// Runs executed at once across all jobs. Default 16.
+    /// Handlers executing at once across all jobs. A run holds its slot only while its handler
+    /// executes, not while it waits for its progress marks to be committed or its result to be
+    /// delivered (that is bounded by `max_in_flight`). Default 16.
     pub capacity: u32,
-    /// Triggers taken from Kafka and not yet finished (running, waiting in a lane, or publishing
-    /// their result) above which the consumer pauses its partitions. A soft bound: it resumes at
-    /// half. Default 1024.
+    /// Triggers taken from Kafka and not yet finished (running, waiting in a lane, for a commit
+    /// round or for capacity, or publishing their result) at which the consumer stops taking
+    /// messages; if they do not fall to half within half a second, it pauses its partitions.
+    /// A soft bound: it takes messages again at half. Default 1024.
     pub max_in_flight: usize,
     /// How often a heartbeat is published. Default 5 s.
     pub heartbeat_interval: Duration,

@@ -2,11 +2,13 @@
 //!
 //! Each message is taken from the progress tracker ([`Deliveries::take`]: what earlier owners
 //! left for its offset decides first), then classified: a fence is skipped, a record that cannot
-//! be used goes to the DLQ, a trigger goes to its job's lane ([`RunEnv::dispatch`]). The consumer
-//! pauses its partitions while too many triggers are in flight and resumes at half.
+//! be used goes to the DLQ, a trigger goes to its job's lane ([`RunEnv::dispatch`]). While too
+//! many triggers are in flight the loop takes no message; when they do not fall to half within a
+//! short grace, it pauses its partitions, and resumes them at half.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cadenza_schemas::{
     CancelMessage, JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT,
@@ -23,6 +25,10 @@ use crate::progress::{Deliveries, Delivery, Prior, TopicPartition};
 use crate::rebalance::{is_unknown_topic, TriggerConsumer};
 use crate::run::RunEnv;
 use crate::Throttle;
+
+/// How long the consume loop waits, without pausing its partitions, for the triggers in flight
+/// to fall to half the limit before it pauses them.
+const FULL_GRACE: Duration = Duration::from_millis(500);
 
 /// A trigger record larger than this goes to the DLQ unread.
 pub(crate) const MAX_TRIGGER_BYTES: usize = 1024 * 1024;
@@ -137,10 +143,23 @@ impl Intake {
                 Ok(m) => self.handle(m),
                 Err(e) => self.on_error(e),
             }
-            if self.env.in_flight.is_full() {
+            if self.env.in_flight.is_full() && !paused {
+                // Runs that drain within the grace are waited for without pausing: librdkafka
+                // fetches a resumed partition again only when its broker thread next wakes up,
+                // up to a second later, so a pause costs more than a short wait. The consumer's
+                // callbacks (a rebalance) wait meanwhile, and its prefetch queue stays bounded.
+                let drained = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break,
+                    d = tokio::time::timeout(FULL_GRACE, self.env.in_flight.below_half()) => d.is_ok(),
+                };
+                if !drained {
+                    self.set_paused(true);
+                    paused = true;
+                }
+            } else if paused && self.env.in_flight.is_full() {
                 // Also re-pauses partitions assigned since the last pause.
                 self.set_paused(true);
-                paused = true;
             }
         }
     }

@@ -232,13 +232,15 @@ impl WorkerBuilder {
         self
     }
 
-    /// Runs executed at once across all jobs (default 16).
+    /// Handlers executing at once across all jobs (default 16); runs waiting for their progress
+    /// to be committed or their result to be delivered hold no slot.
     pub fn capacity(mut self, capacity: u32) -> Self {
         self.config.capacity = capacity;
         self
     }
 
-    /// Unfinished triggers above which consumption pauses (default 1024).
+    /// Unfinished triggers at which consumption stops until half of them are finished
+    /// (default 1024).
     pub fn max_in_flight(mut self, max: usize) -> Self {
         self.config.max_in_flight = max;
         self

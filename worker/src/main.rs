@@ -34,7 +34,8 @@ struct Cli {
     /// This worker's id [default: <hostname>-<pid>-<random>].
     #[arg(long, env = "CADENZA_WORKER_ID")]
     worker_id: Option<String>,
-    /// Runs executed at once across all jobs.
+    /// Handlers executing at once across all jobs (runs waiting for their progress to be
+    /// committed or their result to be delivered hold no slot).
     #[arg(long, env = "CADENZA_WORKER_CAPACITY", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..))]
     capacity: u32,
@@ -65,7 +66,8 @@ struct Cli {
     #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1,
           value_parser = clap::value_parser!(i32).range(1..))]
     replication_factor: i32,
-    /// Unfinished triggers above which consumption pauses (resumes at half).
+    /// Unfinished triggers at which consumption stops (and pauses after half a second), until
+    /// half of them are finished.
     #[arg(long, env = "CADENZA_MAX_IN_FLIGHT", default_value_t = 1024,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_in_flight: u64,

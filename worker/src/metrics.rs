@@ -134,7 +134,7 @@ impl WorkerMetrics {
         );
         registry.register(
             "runs_waiting",
-            "Runs taken from Kafka that wait for their job's lane or for capacity",
+            "Runs taken from Kafka that wait for their job's lane, their started mark to be committed, or capacity",
             m.runs_waiting.clone(),
         );
         registry.register(

@@ -1,11 +1,12 @@
 //! The life of one trigger on a worker, from admission to a committed offset:
 //!
 //! 1. the lane admits it (or discards it: `discard_later`) — synchronously, in consumption order;
-//! 2. it waits for its lane's turn, then for a capacity permit (a `cover_early` trigger may cancel
-//!    it meanwhile; a revoked partition or a stopping worker hands it back unstarted);
-//! 3. its `started` mark is made durable (see [`progress`](crate::progress)), then `started` is
-//!    published and the handler runs (timeout, cancellation, panics: see [`execute`]); its log
-//!    lines are shipped in bounded batches while it runs (`log` events);
+//! 2. it waits for its lane's turn (a `cover_early` trigger may cancel it meanwhile; a revoked
+//!    partition or a stopping worker hands it back unstarted);
+//! 3. its `started` mark is made durable (see [`progress`](crate::progress)), then it waits for a
+//!    capacity permit, which it holds only while its handler executes; `started` is published
+//!    and the handler runs (timeout, cancellation, panics: see [`execute`]); its log lines are
+//!    shipped in bounded batches while it runs (`log` events);
 //! 4. its `reporting` mark (with the verdict) is made durable, then `finished` is published and
 //!    its delivery awaited (retried until delivered or the run is abandoned);
 //! 5. only then is the offset marked finished in the tracker, which the committer commits.
@@ -15,9 +16,9 @@
 //! next owner runs it again, with `attempt + 1` if it had started.
 //!
 //! Steps 1 to 3 are the stages of `RunEnv::run_trigger` (`admitted`, `wait_turn`,
-//! `mark_started`, `run_handler`), steps 4 and 5 are `RunEnv::report`. A stage that ends the run
-//! early returns either a verdict to report (step 4 follows) or a `HandBack`, the one exit
-//! without a result.
+//! `mark_started`, `wait_capacity`, `run_handler`), steps 4 and 5 are `RunEnv::report`. A stage
+//! that ends the run early returns either a verdict to report (step 4 follows) or a `HandBack`,
+//! the one exit without a result.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -403,10 +404,15 @@ impl RunEnv {
         let ended = async {
             // 1. Admitted by the lane (or discarded).
             let slot = self.admitted(admission, &trigger)?;
-            // 2. Its turn in the lane, then a capacity permit.
-            let turn = self.wait_turn(&delivery, &trigger, slot).await?;
-            // 3. `started` durable, then published; the handler runs.
+            // Counted waiting until its handler has a permit.
+            let waiting = self.metrics.waiting(trigger.job_type.as_str());
+            // 2. Its turn in the lane.
+            let slot = self.wait_turn(&delivery, slot).await?;
+            // 3. `started` durable, then a capacity permit; `started` is published and the
+            //    handler runs.
             self.mark_started(&delivery, attempt).await?;
+            let turn = self.wait_capacity(&delivery, slot).await?;
+            drop(waiting);
             self.run_handler(&delivery, &ids, handler, turn).await
         }
         .await;
@@ -437,28 +443,29 @@ impl RunEnv {
         }
     }
 
-    /// Step 2: wait for the run's turn in its lane, then for a capacity permit. A `cover_early`
-    /// trigger or an operator may cancel it meanwhile (→ `cancelled`, its slot left before it is
-    /// reported); a revoked partition or a stopping worker hands it back.
-    async fn wait_turn(
-        &self,
-        delivery: &Delivery,
-        trigger: &TriggerMessage,
-        mut slot: LaneSlot,
-    ) -> Result<Turned, Ended> {
-        let revoking = &delivery.tokens.revoking;
-        let _waiting = self.metrics.waiting(trigger.job_type.as_str());
+    /// Step 2: wait for the run's turn in its lane. A `cover_early` trigger or an operator may
+    /// cancel it meanwhile (→ `cancelled`, its slot left before it is reported); a revoked
+    /// partition or a stopping worker hands it back.
+    async fn wait_turn(&self, delivery: &Delivery, mut slot: LaneSlot) -> Result<LaneSlot, Ended> {
         let turn = tokio::select! {
             biased;
-            _ = revoking.cancelled() => return Err(Ended::HandBack(HandBack::NotStarted)),
+            _ = delivery.tokens.revoking.cancelled() => return Err(Ended::HandBack(HandBack::NotStarted)),
             t = slot.wait_turn() => t,
         };
         if turn == Turn::Cancelled {
             return Err(Ended::Verdict(cancelled_verdict(slot.cause())));
         }
+        Ok(slot)
+    }
+
+    /// Step 3, second part: wait for a capacity permit, which the run holds only while its
+    /// handler executes (waiting for a commit round holds none, so durability does not limit
+    /// how many handlers execute). Its `started` mark is durable already: cancelled meanwhile it
+    /// reports `cancelled`; handed back, its next owner runs it as `attempt + 1`.
+    async fn wait_capacity(&self, delivery: &Delivery, slot: LaneSlot) -> Result<Turned, Ended> {
         tokio::select! {
             biased;
-            _ = revoking.cancelled() => Err(Ended::HandBack(HandBack::NotStarted)),
+            _ = delivery.tokens.revoking.cancelled() => Err(Ended::HandBack(HandBack::NotStarted)),
             _ = slot.token().cancelled() => Err(Ended::Verdict(cancelled_verdict(slot.cause()))),
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
                 Ok(permit) => Ok(Turned {
@@ -472,7 +479,7 @@ impl RunEnv {
         }
     }
 
-    /// Step 3, first half: the next owner must know this run may have started (→ `attempt + 1`)
+    /// Step 3, first part: the next owner must know this run may have started (→ `attempt + 1`)
     /// before it does. Handed back if the partition is revoked (or the worker stops) first.
     async fn mark_started(&self, delivery: &Delivery, attempt: u32) -> Result<(), Ended> {
         if delivery.mark_started(attempt).await {
@@ -482,7 +489,7 @@ impl RunEnv {
         }
     }
 
-    /// Step 3, second half: publish `started`, ship the log while the handler runs (see
+    /// Step 3, last part: publish `started`, ship the log while the handler runs (see
     /// [`execute`]), then leave the lane and give the permit back, and make the verdict. A run
     /// still executing when its partition is dropped (revoke or drain timeout) is handed back.
     async fn run_handler(
@@ -759,6 +766,11 @@ mod tests {
 
     impl Harness {
         fn new(capacity: usize) -> Self {
+            Self::with_commit_delay(capacity, Duration::ZERO)
+        }
+
+        /// Commit rounds that take `delay` each.
+        fn with_commit_delay(capacity: usize, delay: Duration) -> Self {
             let sink = Arc::new(Collect::default());
             let tp = TopicPartition::new("c.trigger.t.x", 0);
             let hand_back = CancellationToken::new();
@@ -773,6 +785,9 @@ mod tests {
                 async move {
                     loop {
                         progress.wake.notified().await;
+                        if !delay.is_zero() {
+                            tokio::time::sleep(delay).await;
+                        }
                         let mut t = lock(&offsets);
                         let items = t.to_commit(&WorkerId("w1".into()), "g", false);
                         t.mark_committed(&items);
@@ -999,6 +1014,26 @@ mod tests {
                 (2, "succeeded", 200),
             ])
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_commit_round_holds_no_capacity() {
+        // Rounds take 50 ms; one handler at a time. Both runs' `started` marks are made durable
+        // by the same round, then the handlers run one after the other: the second does not
+        // wait for a round of its own after the first gave its permit back.
+        let h = Harness::with_commit_delay(1, Duration::from_millis(50));
+        h.send(1, 7, BlockStrategy::SerialExecution, 0, 10);
+        h.send(2, 8, BlockStrategy::SerialExecution, 0, 10);
+        h.settle().await;
+        let mut started: Vec<u128> = h
+            .timeline()
+            .into_iter()
+            .filter(|(_, what, _)| what == "started")
+            .map(|(_, _, at)| at)
+            .collect();
+        started.sort_unstable();
+        assert_eq!(started, vec![50, 60]);
+        assert_eq!(h.position(), Some(3));
     }
 
     #[tokio::test(start_paused = true)]

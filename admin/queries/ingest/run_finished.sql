@@ -1,6 +1,8 @@
 -- `finished` events, batched (at most one per run). The first terminal status wins; a repeated
 -- event changes nothing, and neither does a late result of an earlier attempt once a later
--- attempt of the run has started (it was redelivered and runs again elsewhere).
+-- attempt of the run has started (it was redelivered and runs again elsewhere). Returns each
+-- run that ended with its status, kind, and whether it may set off child jobs (its job has
+-- children, or it is a shard of a broadcast fire).
 UPDATE triggers t
 SET status = u.status, worker_id = u.worker_id, worker_group = u.worker_group,
     partition = u.partition, "offset" = u.offset, attempt = u.attempt,
@@ -14,4 +16,6 @@ FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::i
 WHERE t.id = u.id
   AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
   AND u.attempt >= t.attempt
-RETURNING t.id, t.status
+RETURNING t.id, t.status, t.kind,
+          t.fire_group IS NOT NULL
+          OR EXISTS (SELECT 1 FROM jobs j WHERE j.id = t.job_id AND j.children <> '{}') AS parent

@@ -1,9 +1,10 @@
 //! Run results: `started`, `log` and `finished` events from workers, applied to `triggers` in
 //! batches. A `started` event of a later attempt (a redelivered run) replaces the earlier
-//! attempt's worker and start; `log` events append the live log of a running run, each batch
-//! once; `finished` sets the terminal status and the whole log, and sets off what follows a
-//! run's end ([`crate::outcome`]: retries, child jobs, `fix_delay` next times, alarms) in the
-//! same transaction.
+//! attempt's worker and start; a `started` event whose run the same batch finishes is not
+//! written apart (the `finished` event carries the start); `log` events append the live log of
+//! a running run, each batch once; `finished` sets the terminal status and the whole log, and
+//! sets off what follows a run's end ([`crate::outcome`]: retries, child jobs, `fix_delay` next
+//! times, alarms) in the same transaction, skipping the steps none of the batch's runs needs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,25 +72,46 @@ fn latest_per_run<'a, E>(
     best.into_values().collect()
 }
 
+/// The `started` events whose run the same batch does not finish with that attempt or a later
+/// one. A `finished` event carries the run's worker, attempt and start too, and is applied on
+/// its own from any status a `started` event moves a run from, so the run is written once
+/// instead of twice; a later attempt's `started` still counts (that attempt runs).
+fn not_finished<'a>(
+    started: Vec<&'a RunStarted>,
+    finished: &[&RunFinished],
+) -> Vec<&'a RunStarted> {
+    let ended: std::collections::HashMap<i64, u32> = finished
+        .iter()
+        .map(|f| (f.trigger_id.0, f.attempt))
+        .collect();
+    started
+        .into_iter()
+        .filter(|s| ended.get(&s.trigger_id.0).is_none_or(|a| *a < s.attempt))
+        .collect()
+}
+
 /// Applies a batch of events in one transaction. Idempotent.
 pub async fn apply(
     pool: &PgPool,
     registry: &Registry,
     events: &[ResultEvent],
 ) -> Result<usize, sqlx::Error> {
-    let started = latest_per_run(
-        events.iter().filter_map(|e| match e {
-            ResultEvent::Started(s) => Some(s),
-            _ => None,
-        }),
-        |s: &RunStarted| (s.trigger_id.0, s.attempt),
-    );
     let finished = latest_per_run(
         events.iter().filter_map(|e| match e {
             ResultEvent::Finished(f) => Some(f),
             _ => None,
         }),
         |f: &RunFinished| (f.trigger_id.0, f.attempt),
+    );
+    let started = not_finished(
+        latest_per_run(
+            events.iter().filter_map(|e| match e {
+                ResultEvent::Started(s) => Some(s),
+                _ => None,
+            }),
+            |s: &RunStarted| (s.trigger_id.0, s.attempt),
+        ),
+        &finished,
     );
     let logs: Vec<&RunLogLines> = events
         .iter()
@@ -100,8 +122,8 @@ pub async fn apply(
         .collect();
     let mut tx = pool.begin().await?;
     if !started.is_empty() {
-        for query in [sql!("ingest/run_started"), sql!("ingest/run_restarted")] {
-            sqlx::query(query)
+        {
+            sqlx::query(sql!("ingest/run_started"))
                 .bind(started.iter().map(|s| s.trigger_id.0).collect::<Vec<_>>())
                 .bind(
                     started
@@ -145,7 +167,7 @@ pub async fn apply(
     let mut changed = 0;
     let mut counted = crate::outcome::Ended::default();
     if !finished.is_empty() {
-        let rows: Vec<(i64, String)> = sqlx::query_as(sql!("ingest/run_finished"))
+        let rows: Vec<(i64, String, String, bool)> = sqlx::query_as(sql!("ingest/run_finished"))
             .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
             .bind(
                 finished
@@ -196,11 +218,21 @@ pub async fn apply(
             .fetch_all(&mut *tx)
             .await?;
         changed = rows.len();
+        let known = crate::outcome::Known {
+            fix_delay: rows
+                .iter()
+                .any(|(_, _, kind, _)| matches!(kind.as_str(), "fix_delay" | "misfire" | "retry")),
+            parents: rows
+                .iter()
+                .filter(|(_, _, _, parent)| *parent)
+                .map(|(id, ..)| *id)
+                .collect(),
+        };
         let ended: Vec<(i64, RunStatus)> = rows
             .into_iter()
-            .filter_map(|(id, status)| status.parse().ok().map(|s| (id, s)))
+            .filter_map(|(id, status, ..)| status.parse().ok().map(|s| (id, s)))
             .collect();
-        counted = crate::outcome::after_terminal(&mut tx, registry, &ended)
+        counted = crate::outcome::after_terminal_known(&mut tx, registry, &ended, Some(&known))
             .await?
             .ended;
     }

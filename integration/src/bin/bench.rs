@@ -27,6 +27,9 @@
 //! `--backlog N` measures the workers alone instead: N jobs fire once each while no worker runs;
 //! once all are on the topic, `--workers` workers (default 1) start and the benchmark prints how
 //! many runs per second they finished (first start to last finish, as recorded by the admin).
+//!
+//! `--admin-env KEY=VALUE` and `--worker-env KEY=VALUE` (repeatable) start the admin or each
+//! worker with that setting, e.g. `--worker-env CADENZA_WORKER_CAPACITY=64`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -19,6 +19,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(doc)]
+use super::tracker::POINTER_EVERY;
 use super::tracker::{supersedes, CommitItem, OffsetTracker, TopicPartition};
 use crate::config::{progress_client_config, WorkerConfig};
 use crate::metrics::WorkerMetrics;
@@ -63,8 +65,11 @@ impl ProgressSignal {
 /// * on assignment, a claim is written to `<prefix>.progress`; its offset is the owner's term;
 ///   the records are read back from the lowest pointer up to the claim ([`Self::read_back`]);
 /// * the first round of a term has the group accept an offset commit before it writes a record;
-/// * every round writes the records, then commits the group's offsets, the pointers, and the
-///   group's offsets again. Runs act on a record only when both group commits were accepted.
+/// * every round writes the records, then commits the group's offsets; a round that moves the
+///   pointers (the first of each assignment, then at most every
+///   [`POINTER_EVERY`](super::tracker::POINTER_EVERY), and the last
+///   before a partition goes) then commits the pointers and the group's offsets again. Runs act
+///   on a record only when every group commit of its round was accepted.
 ///
 /// A member stalled between its first group commit and its pointer commit may set a pointer
 /// back after a later owner moved it on; reading on from the pointer and ranking records by
@@ -105,6 +110,11 @@ impl StopHook {
         std::env::var_os(Self::ENV)
             .filter(|v| !v.is_empty())
             .map(|v| Self { armed_by: v.into() })
+    }
+
+    /// Whether the file exists: the next round that commits pointers stops.
+    fn armed(&self) -> bool {
+        self.armed_by.exists()
     }
 
     /// Stops the process if the file exists (removing it first). Returns whether it did.
@@ -234,6 +244,10 @@ impl Progress {
             async move { produce(&self.producer, &record).await }
         });
         let written = futures::executor::block_on(futures::future::join_all(sends));
+        // Whether this round moves the pointers (then it moves every item's: they are all
+        // written now). A test hook armed for this round needs the pointer commit.
+        let point = items.iter().any(|it| it.pointer)
+            || self.stop_hook.as_ref().is_some_and(StopHook::armed);
         let mut pointers = TopicPartitionList::new();
         for (it, w) in items.iter().zip(written) {
             let at = match w {
@@ -252,7 +266,10 @@ impl Progress {
         }
         // The pointer commit (in a group without members) is not fenced by the trigger group's
         // generation; the group's own offset commit is. So the pointer is written between two
-        // accepted commits of the group. The first makes every pointer a lower bound of the
+        // accepted commits of the group. A round that leaves the pointers where they are (at an
+        // earlier record of the owner, or of an earlier owner: a lower bound of the record in
+        // force either way) needs the first one only, which then also decides whether runs may
+        // act on the record. The first makes every pointer a lower bound of the
         // record in force: a member whose commit the group accepted after it wrote its record
         // still owned the partition then, so every later owner claims, and writes, above that
         // record — even if this member stalls here and commits its pointer after them. Readers
@@ -265,6 +282,12 @@ impl Progress {
             "the consumer group refused the offset commit (it may have moved these partitions to another member): the progress record is not in force",
         ) {
             return false;
+        }
+        if !point {
+            return true;
+        }
+        for it in items.iter_mut() {
+            it.pointer = true;
         }
         let stopped = self.stop_hook.as_ref().is_some_and(StopHook::maybe_stop);
         let pointed = self.pointers.commit(&pointers, CommitMode::Sync);

@@ -44,6 +44,14 @@ use tokio_util::sync::CancellationToken;
 /// back from the pointer (see [`Progress`](super::store::Progress)), so this bounds what it reads.
 pub const REFRESH: Duration = Duration::from_secs(30);
 
+/// A partition's pointer is committed in the first round of each assignment and then in a
+/// round at most this long after the last one (and in the last round before the partition goes):
+/// any of the owner's records is a valid place to start reading from, so rounds in between
+/// write the record and commit the group's offsets once (see
+/// [`Progress`](super::store::Progress)). It bounds what a new owner reads back beyond the
+/// pointer.
+pub const POINTER_EVERY: Duration = Duration::from_secs(1);
+
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
@@ -173,6 +181,8 @@ struct PartitionState {
     validated: bool,
     /// When a record of this assignment last reached the broker.
     written: Option<Instant>,
+    /// When a pointer at a record of this assignment was last committed.
+    pointed: Option<Instant>,
 }
 
 impl PartitionState {
@@ -236,6 +246,9 @@ pub struct CommitItem {
     /// Whether a group commit was accepted since the owner's claim (`record.term`). If not, the
     /// commit must get one accepted before it writes the record.
     pub validated: bool,
+    /// Whether the round must commit the partition's pointer at this record: none committed in
+    /// this assignment yet, the last one [`POINTER_EVERY`] ago, or the partition is going.
+    pub pointer: bool,
 }
 
 /// Orders a partition's progress records: `true` if the record with term `a` at offset
@@ -317,6 +330,7 @@ impl OffsetTracker {
             term,
             validated: false,
             written: None,
+            pointed: None,
         };
         state.committed = state.snapshot();
         self.partitions.insert(tp, state);
@@ -472,7 +486,12 @@ impl OffsetTracker {
         worker: &WorkerId,
         group: &str,
     ) -> Option<CommitItem> {
-        let item = self.item(tp, worker, group, false, Instant::now());
+        let item = self
+            .item(tp, worker, group, false, Instant::now())
+            .map(|it| CommitItem {
+                pointer: true,
+                ..it
+            });
         if let Some(state) = self.partitions.remove(tp) {
             state.tokens.revoking.cancel();
             state.tokens.dropped.cancel();
@@ -533,6 +552,9 @@ impl OffsetTracker {
                 term: s.term,
             },
             validated: s.validated,
+            pointer: s
+                .pointed
+                .is_none_or(|p| now.saturating_duration_since(p) >= POINTER_EVERY),
         })
     }
 
@@ -562,6 +584,9 @@ impl OffsetTracker {
             if let Some(s) = self.live(&it.tp, it.epoch) {
                 s.validated = true;
                 s.written = Some(Instant::now());
+                if it.pointer {
+                    s.pointed = s.written;
+                }
                 if s.term.is_none() {
                     s.term = it.record.term;
                 }
@@ -857,6 +882,35 @@ mod tests {
         assert!(t.to_commit(&w(), "g", false).is_empty());
         let later = Instant::now() + REFRESH;
         assert_eq!(t.to_commit_at(&w(), "g", false, later).len(), 1);
+    }
+
+    #[test]
+    fn the_pointer_moves_in_the_first_round_then_at_most_every_interval_and_at_revoke() {
+        let mut t = OffsetTracker::default();
+        let e = t.assign(tp(0), Some(0), None, Some(9));
+        let first = t.to_commit(&w(), "g", false);
+        assert!(first[0].pointer, "no pointer of this assignment yet");
+        // A failed round moves nothing: the next one still commits the pointer.
+        t.forget_committed();
+        assert!(t.to_commit(&w(), "g", false)[0].pointer);
+        t.mark_committed(&first);
+        fresh(&mut t, 0, 0);
+        t.start(&tp(0), 0, e, 1);
+        let next = t.to_commit(&w(), "g", false);
+        assert!(
+            !next[0].pointer,
+            "a pointer was committed less than POINTER_EVERY ago"
+        );
+        t.mark_committed(&next);
+        t.finish(&tp(0), 0, e);
+        let later = Instant::now() + POINTER_EVERY;
+        assert!(t.to_commit_at(&w(), "g", false, later)[0].pointer);
+        fresh(&mut t, 0, 1);
+        let last = t.revoke(&tp(0), &w(), "g").unwrap();
+        assert!(
+            last.pointer,
+            "the last record before the partition goes is pointed at"
+        );
     }
 
     #[test]
