@@ -18,6 +18,11 @@ use crate::kafka::read_topic_to_end;
 use crate::runs::json_time;
 use crate::wait::wait_for;
 
+/// The admins' default `CADENZA_PUBLISH_AHEAD_MS` (250 ms) with some slack: a run due within it
+/// of a change (a disable, a worker leaving) was already routed and claimed for publication
+/// before the change, and runs as it was claimed.
+pub const PUBLISH_AHEAD: chrono::Duration = chrono::Duration::milliseconds(250 + 150);
+
 /// The statuses a run ends in.
 pub const TERMINAL: &[&str] = &[
     "succeeded",

@@ -303,6 +303,18 @@ async fn start(
     Ok((cluster, admin, pool))
 }
 
+/// Starts `--workers` workers serving `bench.noop` with `noop`; their pids.
+async fn spawn_workers(cluster: &Cluster, args: &Args) -> Result<Vec<u32>> {
+    let mut pids = Vec::new();
+    for _ in 0..args.workers {
+        let worker = cluster
+            .spawn_worker("bench.noop=noop", "bench", &pairs(&args.worker_env))
+            .await?;
+        pids.push(worker.pid());
+    }
+    Ok(pids)
+}
+
 /// Inserts `jobs` enabled `fix_rate` jobs firing every `every_ms`, the first fires spread evenly
 /// over `spread_ms` from `first_in`.
 async fn insert_jobs(
@@ -387,15 +399,7 @@ async fn steady(args: &Args) -> Result<()> {
         args.workers
     );
     let (cluster, admin, pool) = start(every_ms, args).await?;
-    let mut workers = Vec::new();
-    for _ in 0..args.workers {
-        workers.push(
-            cluster
-                .spawn_worker("bench.noop=noop", "bench", &pairs(&args.worker_env))
-                .await?,
-        );
-    }
-    let worker_pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
+    let worker_pids = spawn_workers(&cluster, args).await?;
     let parts = Parts::new(&cluster, admin.pid(), &worker_pids);
     insert_jobs(&pool, args.jobs, every_ms, every_ms, Duration::from_secs(3)).await?;
 
@@ -589,15 +593,7 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
         .execute(&pool)
         .await?;
     reset_statements(&pool, args.statements).await?;
-    let mut workers = Vec::new();
-    for _ in 0..args.workers {
-        workers.push(
-            cluster
-                .spawn_worker("bench.noop=noop", "bench", &pairs(&args.worker_env))
-                .await?,
-        );
-    }
-    let worker_pids: Vec<u32> = workers.iter().map(|w| w.pid()).collect();
+    let worker_pids = spawn_workers(&cluster, args).await?;
     let parts = Parts::new(&cluster, admin.pid(), &worker_pids);
     let (cpu0, wal0) = (parts.read(), wal(&pool).await?);
     let started = Instant::now();

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use cadenza_integration::scenario::{all_runs, create_job, text, time};
+use cadenza_integration::scenario::{all_runs, create_job, text, time, PUBLISH_AHEAD};
 use cadenza_integration::{
     produce, topic_partition_count, wait_for, AdminHandle, ApiClient, Cluster, StatusCode,
     WorkerHandle,
@@ -101,7 +101,8 @@ async fn succeeded_after(api: &ApiClient, job: i64, after: DateTime<Utc>, n: usi
             let r: Vec<Value> = runs(api, job)
                 .await
                 .into_iter()
-                .filter(|r| time(&r["fire_time"]) > after)
+                // Routed after `after`: due later than it by more than the publish-ahead.
+                .filter(|r| time(&r["fire_time"]) > after + PUBLISH_AHEAD)
                 .take(n)
                 .collect();
             Ok((r.len() == n && r.iter().all(|r| r["status"] == "succeeded")).then_some(r))
@@ -172,7 +173,7 @@ async fn end_worker_moves_on_when_it_stops(route: &str, end: usize, next: usize)
     let after_stop: Vec<Value> = runs(api, job)
         .await
         .into_iter()
-        .filter(|r| time(&r["fire_time"]) > stopped + chrono::Duration::seconds(1))
+        .filter(|r| time(&r["fire_time"]) > stopped + chrono::Duration::seconds(1) + PUBLISH_AHEAD)
         .filter(|r| r["partition"].is_i64()) // routed (not still waiting for its fire time)
         .collect();
     assert!(!after_stop.is_empty());
@@ -596,7 +597,9 @@ async fn failover_stops_routing_to_a_killed_worker_once_its_heartbeat_is_stale()
     let to_dead = runs(api, job)
         .await
         .into_iter()
-        .filter(|r| time(&r["fire_time"]) > stale && r["routed_worker"] == ids[0].as_str())
+        .filter(|r| {
+            time(&r["fire_time"]) > stale + PUBLISH_AHEAD && r["routed_worker"] == ids[0].as_str()
+        })
         .count();
     assert_eq!(
         to_dead, 0,

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use cadenza_integration::scenario::{all_runs, time};
+use cadenza_integration::scenario::{all_runs, time, PUBLISH_AHEAD};
 use cadenza_integration::{
     read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
 };
@@ -863,9 +863,9 @@ async fn schedule_kinds_edits_and_disabled_time() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::OK);
-    // A run already claimed for publication (due within CADENZA_PUBLISH_AHEAD_MS, 250 ms by
-    // default) still runs; none after that.
-    let off = Utc::now() + chrono::Duration::milliseconds(250 + 100);
+    // A run already claimed for publication (due within the publish-ahead) still runs; none
+    // after that.
+    let off = Utc::now() + PUBLISH_AHEAD;
     tokio::time::sleep(Duration::from_secs(7)).await;
     let on = Utc::now();
     let (status, job) = api
