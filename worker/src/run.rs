@@ -209,7 +209,7 @@ impl HandBack {
     fn log(self) {
         match self {
             Self::NotStarted => tracing::info!(
-                "handing back a run that had not started (partition revoked or worker stopping)"
+                "handing back a run whose handler had not started (partition revoked or worker stopping); its next owner runs it, as attempt + 1 if its started mark was durable"
             ),
             Self::Abandoned => {
                 tracing::warn!(
@@ -411,7 +411,14 @@ impl RunEnv {
             // 3. `started` durable, then a capacity permit; `started` is published and the
             //    handler runs.
             self.mark_started(&delivery, attempt).await?;
-            let turn = self.wait_capacity(&delivery, slot).await?;
+            let (turn, waited) = self.wait_capacity(&delivery, slot).await?;
+            if waited {
+                // The group may have moved on while this run waited for a permit, its
+                // `started` mark durable: its next owner would run it too. A fresh round, which
+                // the group accepts only from the partition's owner, confirms it still is
+                // (holding the permit meanwhile); otherwise the run is handed back.
+                self.mark_started(&delivery, attempt).await?;
+            }
             drop(waiting);
             self.run_handler(&delivery, &ids, handler, turn).await
         }
@@ -462,17 +469,32 @@ impl RunEnv {
     /// handler executes (waiting for a commit round holds none, so durability does not limit
     /// how many handlers execute). Its `started` mark is durable already: cancelled meanwhile it
     /// reports `cancelled`; handed back, its next owner runs it as `attempt + 1`.
-    async fn wait_capacity(&self, delivery: &Delivery, slot: LaneSlot) -> Result<Turned, Ended> {
+    async fn wait_capacity(
+        &self,
+        delivery: &Delivery,
+        slot: LaneSlot,
+    ) -> Result<(Turned, bool), Ended> {
+        if let Ok(permit) = Arc::clone(&self.capacity).try_acquire_owned() {
+            let turned = Turned {
+                slot,
+                permit,
+                running: self.metrics.running(),
+            };
+            return Ok((turned, false));
+        }
         tokio::select! {
             biased;
             _ = delivery.tokens.revoking.cancelled() => Err(Ended::HandBack(HandBack::NotStarted)),
             _ = slot.token().cancelled() => Err(Ended::Verdict(cancelled_verdict(slot.cause()))),
             p = Arc::clone(&self.capacity).acquire_owned() => match p {
-                Ok(permit) => Ok(Turned {
-                    slot,
-                    permit,
-                    running: self.metrics.running(),
-                }),
+                Ok(permit) => Ok((
+                    Turned {
+                        slot,
+                        permit,
+                        running: self.metrics.running(),
+                    },
+                    true,
+                )),
                 // The semaphore is never closed; if it were, the run is handed back.
                 Err(_) => Err(Ended::HandBack(HandBack::NotStarted)),
             },
@@ -1024,8 +1046,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn waiting_for_a_commit_round_holds_no_capacity() {
         // Rounds take 50 ms; one handler at a time. Both runs' `started` marks are made durable
-        // by the same round, then the handlers run one after the other: the second does not
-        // wait for a round of its own after the first gave its permit back.
+        // by the same round (neither holds the permit meanwhile), then the first runs. The
+        // second gets the permit when the first gives it back (at 60 ms) and, having waited
+        // for it, has its mark confirmed by the next round (at 100 ms) before it starts.
         let h = Harness::with_commit_delay(1, Duration::from_millis(50));
         h.send(1, 7, BlockStrategy::SerialExecution, 0, 10);
         h.send(2, 8, BlockStrategy::SerialExecution, 0, 10);
@@ -1037,7 +1060,7 @@ mod tests {
             .map(|(_, _, at)| at)
             .collect();
         started.sort_unstable();
-        assert_eq!(started, vec![50, 60]);
+        assert_eq!(started, vec![50, 100]);
         assert_eq!(h.position(), Some(3));
     }
 

@@ -6,7 +6,9 @@
 UPDATE triggers t
 SET status = u.status, worker_id = u.worker_id, worker_group = u.worker_group,
     partition = u.partition, "offset" = u.offset, attempt = u.attempt,
-    started_at = COALESCE(t.started_at, u.started_at), finished_at = u.finished_at,
+    started_at = CASE WHEN u.attempt > t.attempt THEN u.started_at
+                      ELSE COALESCE(t.started_at, u.started_at) END,
+    finished_at = u.finished_at,
     message = u.message, log = u.log, retry_requested = u.retry_requested, updated_at = now()
 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[],
             $7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[],

@@ -646,14 +646,16 @@ async fn the_run_list_filters_by_every_status() {
         .into_iter()
         .chain(TERMINAL.iter().copied())
         .collect();
-    // Two runs per status, their fire times far ahead so the scheduler leaves them alone.
+    // Two runs per status, their fire times far ahead and their marks from an epoch to come, so
+    // the scheduler leaves them alone (the read-back would resolve a `publishing` run marked
+    // under an earlier epoch, or long ago).
     let mut expected = std::collections::BTreeMap::new();
     for (i, status) in statuses.iter().chain(statuses.iter()).enumerate() {
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, \
-             timeout_ms, route) SELECT id, job_type, shard, 'manual', $2, \
-             now() + interval '1 day' + make_interval(secs => $3), '', block, 0, route \
-             FROM jobs WHERE id = $1 RETURNING id",
+             timeout_ms, route, lease_epoch, updated_at) SELECT id, job_type, shard, 'manual', $2, \
+             now() + interval '1 day' + make_interval(secs => $3), '', block, 0, route, \
+             1000000000, now() + interval '1 day' FROM jobs WHERE id = $1 RETURNING id",
         )
         .bind(job)
         .bind(status)
