@@ -466,10 +466,7 @@ async fn steady(args: &Args) -> Result<()> {
     lateness.sort_by(f64::total_cmp);
     let recorded = ms_after_fire(&pool, "published_at", t0, t1).await?;
     let wal_bytes = wal_bytes(&pool, &wal0, &wal1).await?;
-    let cpu: BTreeMap<&str, f64> = cpu1
-        .iter()
-        .map(|(k, v)| (*k, v - cpu0.get(k).copied().unwrap_or(0.0)))
-        .collect();
+    let cpu = cpu_used(&cpu0, &cpu1);
     let cpu_total: f64 = cpu.values().sum();
 
     println!(
@@ -498,10 +495,7 @@ async fn steady(args: &Args) -> Result<()> {
     println!("admin RSS:        {rss:.1} MiB");
     println!(
         "CPU seconds:      {cpu_total:.1} in {window_s:.1} s ({})",
-        cpu.iter()
-            .map(|(k, v)| format!("{k} {v:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        by_part(&cpu)
     );
     let per_trigger = wal_bytes / (published.max(1) as f64);
     println!(
@@ -626,20 +620,11 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
     };
     let rate = done as f64 / span_s;
     let wal_bytes = wal_bytes(&pool, &wal0, &wal1).await?;
-    let cpu: BTreeMap<&str, f64> = cpu1
-        .iter()
-        .map(|(k, v)| (*k, v - cpu0.get(k).copied().unwrap_or(0.0)))
-        .collect();
+    let cpu = cpu_used(&cpu0, &cpu1);
     let cpu_total: f64 = cpu.values().sum();
     println!("bench: backlog of {n} runs, {} workers", args.workers);
     println!("finished:         {done} of {n} in {span_s:.1} s (first start to last finish) = {rate:.0} runs/s");
-    println!(
-        "CPU seconds:      {cpu_total:.1} ({})",
-        cpu.iter()
-            .map(|(k, v)| format!("{k} {v:.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
+    println!("CPU seconds:      {cpu_total:.1} ({})", by_part(&cpu));
     println!(
         "WAL:              {:.0} bytes per run (results ingested by the admin)",
         wal_bytes / done.max(1) as f64
@@ -655,6 +640,25 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// CPU seconds each part used between two readings ([`Parts::read`]).
+fn cpu_used(
+    before: &BTreeMap<&'static str, f64>,
+    after: &BTreeMap<&'static str, f64>,
+) -> BTreeMap<&'static str, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (*k, v - before.get(k).copied().unwrap_or(0.0)))
+        .collect()
+}
+
+/// `admin 1.2, broker 3.4, …`.
+fn by_part(cpu: &BTreeMap<&'static str, f64>) -> String {
+    cpu.iter()
+        .map(|(k, v)| format!("{k} {v:.1}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `p50 …  p99 …  max …` of sorted figures.
