@@ -39,6 +39,7 @@ pub mod schedule;
 pub mod scheduler;
 pub mod trigger;
 pub(crate) mod users;
+pub mod workflow;
 
 use std::sync::Arc;
 use std::time::Duration;

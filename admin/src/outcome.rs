@@ -1,7 +1,7 @@
 //! What a run's end sets off, in the transaction that records it: its count in the daily report,
 //! a retry of a failed run (`retries`, backoff), the job's children on success (for a
 //! `sharding_broadcast` fire, once every shard has succeeded), the next fire time of a
-//! `fix_delay` job, and alarms.
+//! `fix_delay` job, the next nodes of a workflow run, and alarms.
 //!
 //! Called by result ingest (a worker's `finished`) and by the lost-run sweeper (`lost`). Every
 //! step is idempotent: a retry is unique per failed run, a child run per parent, job and shard,
@@ -18,6 +18,8 @@ use crate::route::registry::Registry;
 pub struct FollowUp {
     pub retries: usize,
     pub children: usize,
+    /// Runs of workflow nodes started.
+    pub nodes: usize,
     pub alarms: u64,
     /// The runs that ended, to count in the metrics once the transaction commits.
     pub ended: Ended,
@@ -143,6 +145,8 @@ pub struct Known {
     pub fix_delay: bool,
     /// The runs that may set off child jobs: of a job with children, or of a broadcast fire.
     pub parents: std::collections::HashSet<i64>,
+    /// Some run belongs to a workflow run.
+    pub workflow: bool,
 }
 
 /// Follows up the runs that just reached a terminal status (in this transaction), given with
@@ -185,6 +189,7 @@ pub async fn after_terminal_known(
         ..FollowUp::default()
     };
     let mut retried_parents: Vec<i64> = Vec::new();
+    let mut retried_by: std::collections::HashMap<i64, i64> = std::collections::HashMap::new();
     if !failed.is_empty() {
         let retried: Vec<(i64, i64, bool)> = sqlx::query_as(sql!("ingest/retry_failed"))
             .bind(&failed)
@@ -192,6 +197,7 @@ pub async fn after_terminal_known(
             .await?;
         out.retries = retried.len();
         retried_parents = retried.iter().map(|(p, _, _)| *p).collect();
+        retried_by = retried.iter().map(|(p, id, _)| (*p, *id)).collect();
         out.alarms = sqlx::query(sql!("ingest/alarms_for"))
             .bind(&failed)
             .execute(&mut *conn)
@@ -206,9 +212,12 @@ pub async fn after_terminal_known(
             .await?;
     }
     if !succeeded.is_empty() {
-        out.children = fire_children(conn, registry, &succeeded).await?;
+        out.children = fire_children(&mut *conn, registry, &succeeded).await?;
     }
-    if out.retries + out.children > 0 || out.alarms > 0 {
+    if known.is_none_or(|k| k.workflow) {
+        out.nodes = crate::workflow::engine::after_node_runs(conn, ended, &retried_by).await?;
+    }
+    if out.retries + out.children + out.nodes > 0 || out.alarms > 0 {
         tracing::debug!(?out, "follow-up of finished runs");
     }
     Ok(out)

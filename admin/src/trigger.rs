@@ -26,6 +26,16 @@ pub struct PendingTrigger {
     pub shard_total: u32,
     pub route: RouteStrategy,
     pub requested_worker: Option<String>,
+    /// For a workflow node's run: its workflow run, node key, and parents' outputs.
+    pub workflow: Option<WorkflowNodeRun>,
+}
+
+/// What a run of a workflow node carries to its handler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkflowNodeRun {
+    pub run_id: i64,
+    pub node: String,
+    pub upstream: Option<serde_json::Value>,
 }
 
 /// A `triggers` row as selected for the timer.
@@ -46,6 +56,13 @@ pub struct PendingRow {
     pub shard_total: i32,
     pub route: String,
     pub requested_worker: Option<String>,
+    /// Absent from the scan's rows (never a workflow node's).
+    #[sqlx(default)]
+    pub workflow_run_id: Option<i64>,
+    #[sqlx(default)]
+    pub workflow_node: Option<String>,
+    #[sqlx(default)]
+    pub upstream: Option<sqlx::types::Json<serde_json::Value>>,
 }
 
 /// Why a `triggers` row cannot become a [`PendingTrigger`].
@@ -83,6 +100,14 @@ impl TryFrom<PendingRow> for PendingTrigger {
             shard_total: unsigned("shard_total", r.shard_total.into())?,
             route: r.route.parse()?,
             requested_worker: r.requested_worker,
+            workflow: match (r.workflow_run_id, r.workflow_node) {
+                (Some(run_id), Some(node)) => Some(WorkflowNodeRun {
+                    run_id,
+                    node,
+                    upstream: r.upstream.map(|u| u.0),
+                }),
+                _ => None,
+            },
         })
     }
 }

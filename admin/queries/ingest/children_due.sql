@@ -1,11 +1,12 @@
 -- Child jobs to fire for the succeeded runs among $1: for a run of one, right away (parent: the
 -- run); for a `sharding_broadcast` fire, once every shard has a succeeded run (parent: the
 -- fire's first run, so the fire's children are fired once whichever shard finishes last).
--- Disabled child jobs do not fire.
+-- Disabled child jobs do not fire, and neither do the children of a workflow node's run (the
+-- workflow says what runs next).
 WITH done AS (
     SELECT id, job_id, shard_total, fire_group
     FROM triggers
-    WHERE id = ANY($1::bigint[]) AND status = 'succeeded'
+    WHERE id = ANY($1::bigint[]) AND status = 'succeeded' AND workflow_run_id IS NULL
 ),
 parents AS (
     SELECT id AS parent_id, job_id FROM done WHERE fire_group IS NULL

@@ -167,7 +167,7 @@ pub async fn apply(
     let mut changed = 0;
     let mut counted = crate::outcome::Ended::default();
     if !finished.is_empty() {
-        let rows: Vec<(i64, String, String, bool)> = sqlx::query_as(sql!("ingest/run_finished"))
+        let rows: Vec<(i64, String, String, bool, bool)> = sqlx::query_as(sql!("ingest/run_finished"))
             .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
             .bind(
                 finished
@@ -215,18 +215,20 @@ pub async fn apply(
                     .map(|f| f.retry_requested)
                     .collect::<Vec<_>>(),
             )
+            .bind(finished.iter().map(|f| output_text(f)).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await?;
         changed = rows.len();
         let known = crate::outcome::Known {
             fix_delay: rows
                 .iter()
-                .any(|(_, _, kind, _)| matches!(kind.as_str(), "fix_delay" | "misfire" | "retry")),
+                .any(|(_, _, kind, ..)| matches!(kind.as_str(), "fix_delay" | "misfire" | "retry")),
             parents: rows
                 .iter()
-                .filter(|(_, _, _, parent)| *parent)
+                .filter(|(_, _, _, parent, _)| *parent)
                 .map(|(id, ..)| *id)
                 .collect(),
+            workflow: rows.iter().any(|(.., workflow)| *workflow),
         };
         let ended: Vec<(i64, RunStatus)> = rows
             .into_iter()
@@ -249,6 +251,18 @@ pub async fn apply(
             .observe((now - at).num_milliseconds().max(0) as f64 / 1000.0);
     }
     Ok(changed)
+}
+
+/// A `finished` event's output as JSON text to store, if it has one within
+/// [`cadenza_schemas::MAX_OUTPUT_BYTES`]; a bigger one (a worker that does not bound it) is
+/// dropped.
+fn output_text(f: &RunFinished) -> Option<String> {
+    let text = f.output.as_ref()?.to_string();
+    if text.len() > cadenza_schemas::MAX_OUTPUT_BYTES {
+        tracing::warn!(trigger_id = f.trigger_id.0, bytes = text.len(), "a run's output exceeds the bound; not stored");
+        return None;
+    }
+    Some(text)
 }
 
 /// Log events split into statements holding at most one event per run, in `seq` order (an

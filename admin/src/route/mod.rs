@@ -198,6 +198,7 @@ pub(crate) mod tests {
             shard_total: 1,
             route,
             requested_worker: None,
+            workflow: None,
         }
     }
 

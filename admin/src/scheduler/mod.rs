@@ -6,6 +6,7 @@
 //! * [`wheel`] holds scheduled triggers in memory until their fire time (millisecond timer).
 //! * [`publish`] marks them `publishing` (ledger), produces them, and records `published`.
 //! * [`recover`] loads the pending triggers of newly acquired shards.
+//! * `crate::workflow::scan` fires workflows of held shards as workflow runs.
 //! * [`lost`] records runs of dead workers that outlived their timeout as `lost`.
 //!
 //! A shard's lease as this admin holds it is a [`lease::Term`]. The scan's batches and the
@@ -80,6 +81,7 @@ pub fn spawn(
     for _ in 0..scan::SCANNERS {
         tracker.spawn(scan::Scanner::new(ctx.clone()).run(shutdown.clone()));
     }
+    tracker.spawn(crate::workflow::scan::run(ctx.clone(), shutdown.clone()));
     tracker.spawn(recover::listen(ctx.clone(), shutdown.clone()));
     tracker.spawn(lost::LostSweeper::new(ctx.clone()).run(shutdown.clone()));
     tracker.spawn(async move {

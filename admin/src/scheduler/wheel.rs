@@ -161,6 +161,7 @@ mod tests {
             shard_total: 1,
             route: RouteStrategy::Round,
             requested_worker: None,
+            workflow: None,
         }
     }
 

@@ -1,0 +1,11 @@
+-- Enabled workflows of the given shards due before now + lookahead ($2 ms), earliest first,
+-- claimed for this transaction (another admin's scan skips them).
+SELECT id, schedule, misfire, misfire_threshold_ms, next_fire_at, nodes, now() AS db_now
+FROM workflows
+WHERE enabled
+  AND shard = ANY($1::int[])
+  AND next_fire_at IS NOT NULL
+  AND next_fire_at <= now() + make_interval(secs => $2::float8 / 1000.0)
+ORDER BY next_fire_at
+LIMIT $3
+FOR NO KEY UPDATE SKIP LOCKED
