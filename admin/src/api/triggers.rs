@@ -71,6 +71,19 @@ pub struct Run {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub follow_ups: Option<Vec<FollowUp>>,
+    /// For a workflow node's run: its workflow run and node key.
+    pub workflow_run_id: Option<i64>,
+    pub workflow_node: Option<String>,
+    /// The handler's output, for a succeeded run that returned one (one run only; not in
+    /// lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, required = false)]
+    pub output: Option<sqlx::types::Json<serde_json::Value>>,
+    /// For a workflow node's run: its parents' outputs by node key, as given to the handler
+    /// (one run only; not in lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, required = false)]
+    pub upstream: Option<sqlx::types::Json<serde_json::Value>>,
     pub created_at: DateTime<Utc>,
 }
 

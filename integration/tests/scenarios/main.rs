@@ -22,6 +22,7 @@ mod routing;
 mod scheduler_core;
 mod tracing;
 mod walking_skeleton;
+mod workflows;
 mod worker_chaos;
 mod worker_fence;
 mod worker_misc;
