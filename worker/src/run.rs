@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use cadenza_schemas::{
     ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus, TriggerMessage,
-    WorkerId,
+    WorkerId, MAX_OUTPUT_BYTES,
 };
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -140,12 +140,14 @@ pub(crate) struct RunEnv {
     pub metrics: Arc<WorkerMetrics>,
 }
 
-/// The terminal status and message a run reports.
+/// The terminal status, message and output a run reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Verdict {
     status: RunStatus,
     message: Option<String>,
     retry_requested: bool,
+    /// The handler's output (succeeded runs only), at most [`MAX_OUTPUT_BYTES`] serialized.
+    output: Option<serde_json::Value>,
 }
 
 impl Verdict {
@@ -154,8 +156,60 @@ impl Verdict {
             status,
             message: Some(message.into()),
             retry_requested: false,
+            output: None,
         }
     }
+
+    /// `succeeded`, with the handler's message and output; `failed` instead if the output is
+    /// more than [`MAX_OUTPUT_BYTES`] serialized (it is never cut: the runs that follow would
+    /// take a truncated output for the whole). A JSON `null` output is no output.
+    fn succeeded(message: Option<String>, output: Option<serde_json::Value>) -> Self {
+        let output = output.filter(|o| !o.is_null());
+        if let Some(o) = &output {
+            match serialized_len(o) {
+                Ok(bytes) if bytes > MAX_OUTPUT_BYTES => {
+                    return Verdict::new(
+                        RunStatus::Failed,
+                        format!(
+                            "the handler's output is {bytes} bytes; at most {MAX_OUTPUT_BYTES} \
+                             are kept (serialize less, or store it elsewhere and pass a reference)"
+                        ),
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Verdict::new(
+                        RunStatus::Failed,
+                        format!("the handler's output cannot be serialized as JSON: {e}"),
+                    );
+                }
+            }
+        }
+        Self {
+            status: RunStatus::Succeeded,
+            message,
+            retry_requested: false,
+            output,
+        }
+    }
+}
+
+/// The length of `value` serialized as compact JSON (as it travels in the `finished` event),
+/// counted without building the text.
+fn serialized_len(value: &serde_json::Value) -> Result<usize, serde_json::Error> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value)?;
+    Ok(count.0)
 }
 
 fn cancelled_verdict(cause: Option<Cause>) -> Verdict {
@@ -332,6 +386,7 @@ impl RunEnv {
                 message: r.message.clone(),
                 log: None,
                 retry_requested: r.retry_requested,
+                output: r.output.clone(),
             });
             if env
                 .retry_until(
@@ -593,11 +648,10 @@ impl RunEnv {
                 shipper.abort();
                 return Err(Ended::HandBack(HandBack::Abandoned));
             }
-            Execution::Returned(Outcome::Success(message)) => Verdict {
-                status: RunStatus::Succeeded,
-                message,
-                retry_requested: false,
-            },
+            Execution::Returned(Outcome::Success(message)) => Verdict::succeeded(message, None),
+            Execution::Returned(Outcome::SuccessWith { output, message }) => {
+                Verdict::succeeded(message, Some(output))
+            }
             Execution::Returned(Outcome::Failure(message)) => {
                 Verdict::new(RunStatus::Failed, message)
             }
@@ -661,6 +715,7 @@ impl RunEnv {
                     .as_deref()
                     .map(|m| clip_front(m, REPORT_MESSAGE_MAX)),
                 retry_requested: verdict.retry_requested,
+                output: verdict.output.clone(),
             })
             .await;
         if !durable {
@@ -681,6 +736,7 @@ impl RunEnv {
             message: verdict.message,
             log,
             retry_requested: verdict.retry_requested,
+            output: verdict.output,
         });
         let delivered = self
             .retry_until(
