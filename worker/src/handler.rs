@@ -524,6 +524,32 @@ mod tests {
         assert_eq!(log.contents().unwrap(), "params=p");
     }
 
+    #[test]
+    fn the_context_of_a_workflow_node_run() {
+        let mut t = trigger(0);
+        let ctx = RunContext::new(&t, CancellationToken::new(), RunLog::new(16));
+        assert_eq!(
+            (ctx.workflow_run_id, ctx.workflow_node, ctx.upstream),
+            (None, None, None)
+        );
+        t.kind = TriggerKind::Workflow;
+        t.workflow_run_id = Some(12);
+        t.workflow_node = Some("load".into());
+        t.upstream = Some(serde_json::json!({ "extract": { "rows": 42 } }));
+        let ctx = RunContext::new(&t, CancellationToken::new(), RunLog::new(16));
+        assert_eq!(ctx.kind, TriggerKind::Workflow);
+        assert_eq!(ctx.workflow_run_id, Some(12));
+        assert_eq!(ctx.workflow_node.as_deref(), Some("load"));
+        assert_eq!(ctx.upstream, t.upstream);
+        assert_eq!(
+            Outcome::success_with(serde_json::json!(1)),
+            Outcome::SuccessWith {
+                output: serde_json::json!(1),
+                message: None
+            }
+        );
+    }
+
     #[tokio::test]
     async fn panic_is_caught_with_its_message() {
         let (ex, _) = run(

@@ -1175,6 +1175,117 @@ mod tests {
         assert_eq!(h.position(), Some(1));
     }
 
+    #[test]
+    fn an_output_is_kept_up_to_the_bound_and_fails_the_run_beyond() {
+        let v = Verdict::succeeded(Some("ok".into()), Some(serde_json::json!({ "rows": 42 })));
+        assert_eq!(
+            (v.status, v.message.as_deref(), v.output),
+            (
+                RunStatus::Succeeded,
+                Some("ok"),
+                Some(serde_json::json!({ "rows": 42 }))
+            )
+        );
+        assert_eq!(
+            Verdict::succeeded(None, Some(serde_json::Value::Null)).output,
+            None
+        );
+        // A JSON string of n characters is n + 2 bytes serialized.
+        let exactly = serde_json::Value::String("x".repeat(MAX_OUTPUT_BYTES - 2));
+        assert_eq!(serialized_len(&exactly).unwrap(), MAX_OUTPUT_BYTES);
+        let v = Verdict::succeeded(None, Some(exactly.clone()));
+        assert_eq!((v.status, v.output), (RunStatus::Succeeded, Some(exactly)));
+        let v = Verdict::succeeded(
+            Some("ok".into()),
+            Some(serde_json::Value::String("x".repeat(20478))),
+        );
+        assert_eq!(
+            v,
+            Verdict::new(
+                RunStatus::Failed,
+                "the handler's output is 20480 bytes; at most 16384 are kept (serialize less, \
+                 or store it elsewhere and pass a reference)"
+            )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_output_travels_in_the_finished_event_and_an_oversized_one_fails() {
+        let h = Harness::new(8);
+        for (id, size) in [(1, 10), (2, MAX_OUTPUT_BYTES)] {
+            let mut t = crate::testing::trigger(0);
+            t.trigger_id = TriggerId(id);
+            t.job_id = JobId(id);
+            t.upstream = Some(serde_json::json!({ "parent": size }));
+            h.dispatch(
+                id,
+                t,
+                Arc::new(handler_fn(|ctx: RunContext| async move {
+                    // The upstream reaches the handler.
+                    let size = ctx.upstream.as_ref().and_then(|u| u["parent"].as_u64());
+                    let size = usize::try_from(size.unwrap_or(0)).unwrap_or(0);
+                    Outcome::SuccessWith {
+                        output: serde_json::json!({ "data": "x".repeat(size) }),
+                        message: Some("done".into()),
+                    }
+                })),
+            );
+        }
+        h.settle().await;
+        let f = h.finished(1);
+        assert_eq!(
+            (f.status, f.message.as_deref(), f.output),
+            (
+                RunStatus::Succeeded,
+                Some("done"),
+                Some(serde_json::json!({ "data": "x".repeat(10) }))
+            )
+        );
+        let f = h.finished(2);
+        assert_eq!((f.status, f.output), (RunStatus::Failed, None));
+        assert!(
+            f.message
+                .as_deref()
+                .unwrap()
+                .starts_with("the handler's output is 16395 bytes; at most 16384 are kept"),
+            "{:?}",
+            f.message
+        );
+        assert_eq!(h.position(), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_published_again_keeps_its_output() {
+        let h = Harness::new(8);
+        h.env.republish(
+            h.delivery(1),
+            ReportingOffset {
+                offset: 1,
+                trigger_id: TriggerId(5),
+                job_id: JobId(7),
+                worker_id: WorkerId("w0".into()),
+                attempt: 2,
+                status: RunStatus::Succeeded,
+                started_at: None,
+                finished_at: DateTime::UNIX_EPOCH,
+                message: None,
+                retry_requested: false,
+                output: Some(serde_json::json!({ "rows": 42 })),
+            },
+        );
+        h.settle().await;
+        let f = h.finished(5);
+        assert_eq!(
+            (f.attempt, f.status, f.output),
+            (
+                2,
+                RunStatus::Succeeded,
+                Some(serde_json::json!({ "rows": 42 }))
+            )
+        );
+        assert_eq!(h.position(), Some(2));
+    }
+
     #[tokio::test]
     async fn in_flight_resumes_below_half() {
         let f = InFlight::new(4);
