@@ -359,6 +359,9 @@ fn message(t: &PendingTrigger, route: &Route, now: DateTime<Utc>) -> TriggerReco
         routed_worker: route.worker.clone(),
         route: Some(t.route),
         published_at: now,
+        workflow_run_id: None,
+        workflow_node: None,
+        upstream: None,
     })
 }
 
