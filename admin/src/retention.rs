@@ -159,7 +159,10 @@ impl Retention {
             .await?
             .rows_affected();
         if gone > 0 {
-            tracing::info!(workflow_runs = gone, "workflow runs past the retention deleted");
+            tracing::info!(
+                workflow_runs = gone,
+                "workflow runs past the retention deleted"
+            );
         }
         Ok(out)
     }
