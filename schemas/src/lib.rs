@@ -28,3 +28,6 @@ pub use strategy::{
     BlockStrategy, MisfireStrategy, ParseEnumError, RouteStrategy, RunStatus, TriggerKind,
 };
 pub use topics::{Topics, DEFAULT_TOPIC_PREFIX, HEADER_RECORD, HEADER_TRACEPARENT};
+
+/// Most bytes of a run's output (`RunFinished::output`, serialized).
+pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;

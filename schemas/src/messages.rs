@@ -163,6 +163,9 @@ pub struct RunFinished {
     /// The handler asked to be retried (reported with status `failed`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub retry_requested: bool,
+    /// The handler's output (JSON, at most [`crate::MAX_OUTPUT_BYTES`] serialized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -323,6 +326,7 @@ mod tests {
             message: Some("boom".into()),
             log: None,
             retry_requested: false,
+            output: None,
         });
         let s = serde_json::to_string(&ev).unwrap();
         assert!(s.starts_with(r#"{"event":"finished""#));

@@ -332,6 +332,7 @@ impl RunEnv {
                 message: r.message.clone(),
                 log: None,
                 retry_requested: r.retry_requested,
+                output: None,
             });
             if env
                 .retry_until(
@@ -681,6 +682,7 @@ impl RunEnv {
             message: verdict.message,
             log,
             retry_requested: verdict.retry_requested,
+            output: None,
         });
         let delivered = self
             .retry_until(
