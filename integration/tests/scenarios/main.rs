@@ -25,5 +25,6 @@ mod walking_skeleton;
 mod worker_chaos;
 mod worker_fence;
 mod worker_misc;
+mod workflow_api;
 mod xxl_bridge;
 mod xxl_protocol;
