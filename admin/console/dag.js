@@ -239,7 +239,7 @@ export function dag(nodes, { describe, selected = null, onSelect = null, label =
       y = w.y;
     }
     d += ` ${curve(x, y, to.x, end.get(e))}`;
-    edges.append(svg("path", { d, class: `dag-edge${e.after === "any_end" ? " any-end" : ""}`, "marker-end": "url(#dag-arrow)" }));
+    edges.append(svg("path", { d, class: `dag-edge${e.after === "any_end" ? " any-end" : ""}`, "marker-end": "url(#dag-arrow)", "data-from": e.from, "data-to": e.to }));
   }
   root.append(edges);
   for (const n of nodes) {
@@ -267,6 +267,7 @@ export function dag(nodes, { describe, selected = null, onSelect = null, label =
           : null,
       },
       svg("title", {}, name),
+      svg("rect", { class: "ring", x: -4, y: -4, width: W + 8, height: H + 8, rx: 10 }),
       svg("rect", { class: "box", width: W, height: H, rx: 7 }),
       status === "skipped" ? svg("rect", { class: "stripes", width: W, height: H, rx: 7, fill: "url(#dag-stripes)" }) : null,
       svg("text", { class: "key", x: 10, y: 21 }, cut(n.key, KEY_CHARS)),

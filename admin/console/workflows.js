@@ -12,6 +12,11 @@ const REFRESH_MS = 1500;
 
 const NODE_STATUSES = ["waiting", "running", "succeeded", "failed", "skipped", "cancelled"];
 
+/** Replaces `el`'s children, skipping absent ones (`null`, `false`), nested lists flattened. */
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 /** A button that runs `f`, showing the API's error in `status`; disabled while it runs. */
 function action(label, status, f, cls = "") {
   const button = h(
@@ -124,7 +129,7 @@ function chooser(describe, details, label) {
     );
     if (focused) [...graph.querySelectorAll(".dag-node")].find((g) => g.dataset.key === focused)?.focus();
     const node = nodes.find((n) => n.key === selected);
-    box.replaceChildren(...(node ? details(node) : [h("p", { class: "muted" }, "Choose a node to see its details.")]));
+    fill(box, node ? details(node) : h("p", { class: "muted" }, "Choose a node to see its details."));
   };
   return { graph, box, render };
 }
@@ -244,7 +249,9 @@ export async function workflowRunPage(id, canWrite, onLeave) {
   const nodeAction = (n, verb, path) =>
     action(verb, status, async () => {
       update(await api("POST", `/api/workflow-runs/${run.id}/nodes/${encodeURIComponent(n.key)}/${path}`));
-      status.replaceChildren(notice(`Node ${n.key}: ${verb.toLowerCase()} requested.`, "info"));
+      status.replaceChildren(notice(`Node ${n.key}: ${verb === "Retry" ? "running again" : "marked succeeded"}.`, "info"));
+      // The button is gone with the node's new status: back to the node.
+      document.querySelector(".dag-node.selected")?.focus();
     });
   const details = (n) => [
     h("h2", {}, "Node ", h("code", {}, n.key), " ", badge(n.status)),
@@ -292,23 +299,21 @@ export async function workflowRunPage(id, canWrite, onLeave) {
       .join(", ");
   };
   function render() {
-    head.replaceChildren(
+    fill(
+      head,
       h("h1", {}, `Workflow run ${run.id} `, badge(run.status)),
       canWrite && run.status === "running" ? h("div", { class: "actions" }, cancel()) : null,
     );
-    facts.replaceChildren(
-      ...[
-        fact("Workflow", h("a", { href: `#/workflows/${run.workflow_id}` }, run.workflow_name || `workflow ${run.workflow_id}`)),
-        fact("Kind", run.kind),
-        fact("Fire time", time(run.fire_time)),
-        fact("Finished", time(run.finished_at)),
-        fact("Duration", runDuration(run)),
-        run.requested_by ? fact("Requested by", run.requested_by) : null,
-        fact("Nodes", `${run.nodes.length}: ${counts()}`),
-        fact("Message", run.message || "—"),
-      ]
-        .filter(Boolean)
-        .flat(),
+    fill(
+      facts,
+      fact("Workflow", h("a", { href: `#/workflows/${run.workflow_id}` }, run.workflow_name || `workflow ${run.workflow_id}`)),
+      fact("Kind", run.kind),
+      fact("Fire time", time(run.fire_time)),
+      fact("Finished", time(run.finished_at)),
+      fact("Duration", runDuration(run)),
+      run.requested_by ? fact("Requested by", run.requested_by) : null,
+      fact("Nodes", `${run.nodes.length}: ${counts()}`),
+      fact("Message", run.message || "—"),
     );
     graph.render(run.nodes);
   }
