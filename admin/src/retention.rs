@@ -152,6 +152,18 @@ impl Retention {
             );
             out.dropped.push(name.to_owned());
         }
+        let gone = sqlx::query(sql!("retention/workflow_runs"))
+            .bind(self.config.retention_ms as f64)
+            .bind(10_000i64)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if gone > 0 {
+            tracing::info!(
+                workflow_runs = gone,
+                "workflow runs past the retention deleted"
+            );
+        }
         Ok(out)
     }
 

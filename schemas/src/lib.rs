@@ -21,7 +21,7 @@ pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
 pub use messages::{
     CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim, ProgressRecord,
     ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob, StartedOffset,
-    TriggerMessage, TriggerRecord,
+    TriggerMessage, TriggerRecord, MAX_OUTPUT_BYTES,
 };
 pub use schedule::Schedule;
 pub use strategy::{

@@ -59,11 +59,26 @@ pub struct TriggerMessage {
     pub route: Option<RouteStrategy>,
     /// When the admin produced this record.
     pub published_at: DateTime<Utc>,
+    /// The workflow run this run belongs to, for a run of a workflow node (kind `workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_run_id: Option<i64>,
+    /// The key of the workflow node this is a run of (kind `workflow`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_node: Option<String>,
+    /// For a workflow node: the outputs of its direct parents, a JSON object from parent node key
+    /// to that node's output (JSON `null` for a parent without output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<serde_json::Value>,
 }
 
 fn one() -> u32 {
     1
 }
+
+/// Most bytes of a run's output ([`RunFinished::output`]) serialized as JSON. A worker fails a
+/// run whose handler returns more, rather than cut it: an output is data for the runs that
+/// follow, and a truncated one would mislead them.
+pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
 
 /// Fence record written by an admin that took over a shard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -163,6 +178,10 @@ pub struct RunFinished {
     /// The handler asked to be retried (reported with status `failed`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub retry_requested: bool,
+    /// The handler's output, a JSON value of at most [`MAX_OUTPUT_BYTES`] serialized; only for
+    /// succeeded runs. A workflow passes it to the node's children as their `upstream`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -235,6 +254,10 @@ pub struct ReportingOffset {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub retry_requested: bool,
+    /// The handler's output (see [`RunFinished::output`]), so a finished event published again
+    /// keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 /// A worker's heartbeat on the compacted topic `<prefix>.workers` (key = worker id). A graceful
@@ -323,9 +346,74 @@ mod tests {
             message: Some("boom".into()),
             log: None,
             retry_requested: false,
+            output: None,
         });
         let s = serde_json::to_string(&ev).unwrap();
         assert!(s.starts_with(r#"{"event":"finished""#));
         assert_eq!(serde_json::from_str::<ResultEvent>(&s).unwrap(), ev);
+    }
+
+    #[test]
+    fn workflow_fields_round_trip_and_stay_out_when_absent() {
+        let json = r#"{"type":"trigger","trigger_id":7,"job_id":3,"job_type":"demo.echo",
+            "kind":"workflow","fire_time":"2026-01-01T00:00:00Z","block":"serial_execution",
+            "published_at":"2026-01-01T00:00:00.002Z","workflow_run_id":12,
+            "workflow_node":"load","upstream":{"extract":{"rows":42},"check":null}}"#;
+        let record: TriggerRecord = serde_json::from_str(json).unwrap();
+        let TriggerRecord::Trigger(t) = &record else {
+            panic!("expected a trigger");
+        };
+        assert_eq!(t.kind, TriggerKind::Workflow);
+        assert_eq!(t.workflow_run_id, Some(12));
+        assert_eq!(t.workflow_node.as_deref(), Some("load"));
+        assert_eq!(
+            t.upstream,
+            Some(serde_json::json!({"extract": {"rows": 42}, "check": null}))
+        );
+        let again = serde_json::to_string(&record).unwrap();
+        assert_eq!(
+            serde_json::from_str::<TriggerRecord>(&again).unwrap(),
+            record
+        );
+
+        // Without them (records of earlier versions, runs of other kinds): absent both ways.
+        let mut plain = t.clone();
+        plain.kind = TriggerKind::Cron;
+        plain.workflow_run_id = None;
+        plain.workflow_node = None;
+        plain.upstream = None;
+        let s = serde_json::to_string(&TriggerRecord::Trigger(plain)).unwrap();
+        for field in ["workflow_run_id", "workflow_node", "upstream"] {
+            assert!(!s.contains(field), "{field} in {s}");
+        }
+    }
+
+    #[test]
+    fn output_round_trips_and_old_records_parse_without_it() {
+        let old_finished = r#"{"event":"finished","trigger_id":1,"job_id":2,"worker_id":"w",
+            "group":"g","partition":0,"offset":5,"attempt":1,"status":"succeeded",
+            "finished_at":"2026-01-01T00:00:00Z"}"#;
+        let ResultEvent::Finished(mut f) = serde_json::from_str(old_finished).unwrap() else {
+            panic!("expected a finished event");
+        };
+        assert_eq!(f.output, None);
+        assert!(!serde_json::to_string(&f).unwrap().contains("output"));
+        f.output = Some(serde_json::json!({"rows": 42}));
+        let s = serde_json::to_string(&ResultEvent::Finished(f.clone())).unwrap();
+        assert!(s.contains(r#""output":{"rows":42}"#), "{s}");
+        assert_eq!(
+            serde_json::from_str::<ResultEvent>(&s).unwrap(),
+            ResultEvent::Finished(f)
+        );
+
+        let old_progress = r#"{"group":"g","topic":"t","partition":0,"position":3,
+            "reporting":[{"offset":3,"trigger_id":1,"job_id":2,"worker_id":"w","attempt":1,
+            "status":"succeeded","finished_at":"2026-01-01T00:00:00Z"}],
+            "worker_id":"w","written_at":"2026-01-01T00:00:00Z"}"#;
+        let mut p: ProgressRecord = serde_json::from_str(old_progress).unwrap();
+        assert_eq!(p.reporting[0].output, None);
+        p.reporting[0].output = Some(serde_json::json!([1, "two"]));
+        let s = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<ProgressRecord>(&s).unwrap(), p);
     }
 }

@@ -160,6 +160,10 @@ wire_enum! {
         Misfire = "misfire",
         Child = "child",
         Replay = "replay",
+        // A run of a workflow node: its trigger message carries the workflow run, the node's key
+        // and its parents' outputs. (A `//` comment: a doc comment on one variant would turn
+        // the generated JSON Schema and OpenAPI enum into a `oneOf`.)
+        Workflow = "workflow",
     }
 }
 

@@ -6,8 +6,17 @@
 //! | `noop` | ignored | succeeds at once |
 //! | `sleep` | milliseconds | succeeds after sleeping (stops early when cancelled) |
 //! | `fail` | message | fails with the params as message |
-//! | `shell` | a command line for `sh -c` | exit code 0 succeeds; output is the run log |
+//! | `shell` | a command line for `sh -c` | exit code 0 succeeds; stdout and stderr are the run log; JSON the command writes to the file `$CADENZA_OUTPUT` is the run's output |
 //! | `http` | JSON `{"url", "method"?, "body"?, "headers"?}` | a 2xx status succeeds |
+//!
+//! `shell` passes the run to the command in environment variables: `CADENZA_TRIGGER_ID`,
+//! `CADENZA_JOB_ID`, `CADENZA_JOB_TYPE`, `CADENZA_ATTEMPT`, `CADENZA_SHARD_INDEX`,
+//! `CADENZA_SHARD_TOTAL`; `CADENZA_UPSTREAM`, the outputs of a workflow node's parents as JSON
+//! text (`{}` for other runs); `CADENZA_WORKFLOW_RUN_ID` and `CADENZA_WORKFLOW_NODE` for a
+//! workflow node; and `CADENZA_OUTPUT`, the path of an empty file in a directory of the run's own
+//! (removed when the run ends). If the command exits 0 having written JSON to that file, that
+//! JSON is the run's output (at most [`MAX_OUTPUT_BYTES`]); content that is not JSON fails the
+//! run.
 //!
 //! `http` reaches only the addresses its [`AddressPolicy`] allows (by default not loopback,
 //! link-local, unspecified, multicast or cloud metadata addresses; see [`net_policy`]), checks
@@ -20,7 +29,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{JobType, JobTypeError};
+use cadenza_schemas::{JobType, JobTypeError, MAX_OUTPUT_BYTES};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -297,6 +306,15 @@ const KILLED_OUTPUT_GRACE: Duration = Duration::from_millis(100);
 /// log limit, oldest lines dropped); exit code 0 succeeds. `sh` leads a process group of its
 /// own, and the whole group is killed (SIGKILL) when the run is cancelled (timeout, cover) or
 /// abandoned, and when the run ends: nothing the command started outlives its run.
+///
+/// The command gets the run in environment variables (see the [module](self) documentation):
+/// among them `CADENZA_UPSTREAM`, the upstream of a workflow node as JSON text (`{}` when the run
+/// has none), and `CADENZA_OUTPUT`, the path of an empty file in a temporary directory of the
+/// run's own, removed when the run ends. A command that exits 0 having written JSON there
+/// succeeds with that JSON as its output ([`Outcome::SuccessWith`]); a file left empty (or
+/// holding only whitespace) means no output; anything else fails the run, as does a file of more
+/// than [`MAX_OUTPUT_BYTES`]. An upstream too big for an environment variable (128 KiB on Linux)
+/// fails the run before the command starts.
 #[derive(Debug, Clone, Copy)]
 pub struct Shell;
 
@@ -332,11 +350,46 @@ async fn pump(mut r: impl AsyncRead + Unpin, log: RunLog) {
     }
 }
 
+/// The name of the file, in the run's temporary directory, that `CADENZA_OUTPUT` names.
+const OUTPUT_FILE: &str = "output.json";
+/// The longest value of `CADENZA_UPSTREAM`: Linux takes at most 128 KiB per environment string,
+/// `NAME=value` and its terminating NUL included.
+const MAX_UPSTREAM_ENV: usize = 128 * 1024 - "CADENZA_UPSTREAM=".len() - 1;
+
 async fn run_shell(ctx: RunContext) -> Outcome {
     if ctx.params.trim().is_empty() {
         return Outcome::failure("shell: params must be a command line for sh -c; got nothing");
     }
-    let spawned = tokio::process::Command::new("sh")
+    let upstream = match &ctx.upstream {
+        Some(u) => u.to_string(),
+        None => "{}".to_owned(),
+    };
+    if upstream.len() > MAX_UPSTREAM_ENV {
+        return Outcome::failure(format!(
+            "shell: the upstream is {} bytes of JSON, more than the environment variable \
+             CADENZA_UPSTREAM can hold ({MAX_UPSTREAM_ENV}); have the parent nodes output less \
+             (store large results elsewhere and pass references)",
+            upstream.len()
+        ));
+    }
+    // Removed when dropped, however this function ends.
+    let dir = match tempfile::Builder::new().prefix("cadenza-run-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            return Outcome::failure(format!(
+                "shell: cannot create a temporary directory for CADENZA_OUTPUT: {e}"
+            ))
+        }
+    };
+    let output_path = dir.path().join(OUTPUT_FILE);
+    if let Err(e) = tokio::fs::File::create(&output_path).await {
+        return Outcome::failure(format!(
+            "shell: cannot create the CADENZA_OUTPUT file {}: {e}",
+            output_path.display()
+        ));
+    }
+    let mut command = tokio::process::Command::new("sh");
+    command
         .arg("-c")
         .arg(&ctx.params)
         .stdin(Stdio::null())
@@ -348,9 +401,17 @@ async fn run_shell(ctx: RunContext) -> Outcome {
         .env("CADENZA_ATTEMPT", ctx.attempt.to_string())
         .env("CADENZA_SHARD_INDEX", ctx.shard_index.to_string())
         .env("CADENZA_SHARD_TOTAL", ctx.shard_total.to_string())
+        .env("CADENZA_UPSTREAM", upstream)
+        .env("CADENZA_OUTPUT", &output_path)
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn();
+        .kill_on_drop(true);
+    if let Some(id) = ctx.workflow_run_id {
+        command.env("CADENZA_WORKFLOW_RUN_ID", id.to_string());
+    }
+    if let Some(node) = &ctx.workflow_node {
+        command.env("CADENZA_WORKFLOW_NODE", node);
+    }
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => return Outcome::failure(format!("shell: cannot start sh: {e}")),
@@ -390,13 +451,59 @@ async fn run_shell(ctx: RunContext) -> Outcome {
     }
     drop(group);
     match status {
-        Ok(s) if s.success() => Outcome::success(),
+        Ok(s) if s.success() => match read_output(&output_path).await {
+            Ok(None) => Outcome::success(),
+            Ok(Some(output)) => Outcome::success_with(output),
+            Err(why) => Outcome::failure(why),
+        },
         Ok(s) => match s.code() {
             Some(code) => Outcome::failure(format!("exit code {code}")),
             None => Outcome::failure(signal_message(&s)),
         },
         Err(e) => Outcome::failure(format!("shell: waiting for sh failed: {e}")),
     }
+}
+
+/// The JSON the command wrote to the `CADENZA_OUTPUT` file at `path`: `None` when it left the
+/// file empty (or only whitespace) or removed it; an error message (for the run) when the file
+/// is larger than [`MAX_OUTPUT_BYTES`] or not JSON.
+async fn read_output(path: &std::path::Path) -> Result<Option<serde_json::Value>, String> {
+    let file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("shell: cannot read CADENZA_OUTPUT: {e}")),
+    };
+    let too_big = |bytes: String| {
+        format!(
+            "shell: the command wrote {bytes} bytes to CADENZA_OUTPUT; at most \
+             {MAX_OUTPUT_BYTES} are kept (write less, or store it elsewhere and pass a reference)"
+        )
+    };
+    let len = file
+        .metadata()
+        .await
+        .map_err(|e| format!("shell: cannot read CADENZA_OUTPUT: {e}"))?
+        .len();
+    // Bounded read: a file that grows meanwhile is not read whole.
+    let limit = MAX_OUTPUT_BYTES as u64;
+    if len > limit {
+        return Err(too_big(len.to_string()));
+    }
+    let mut text = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut text)
+        .await
+        .map_err(|e| format!("shell: cannot read CADENZA_OUTPUT: {e}"))?;
+    if text.len() as u64 > limit {
+        // It grew after it was measured.
+        return Err(too_big(format!("more than {limit}")));
+    }
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&text).map(Some).map_err(|e| {
+        format!("shell: the command exited 0 but CADENZA_OUTPUT does not hold JSON: {e}")
+    })
 }
 
 /// A process group led by a child started with `process_group(0)`: its id is the child's pid.
@@ -720,6 +827,108 @@ mod tests {
         assert_eq!(
             Shell.call(ctx("  ").0).await,
             Outcome::failure("shell: params must be a command line for sh -c; got nothing")
+        );
+    }
+
+    /// A context for a run of workflow node `load` (workflow run 12) with `upstream`.
+    fn node_ctx(params: &str, upstream: serde_json::Value) -> (RunContext, RunLog) {
+        let mut t = crate::testing::trigger(0);
+        t.params = params.to_owned();
+        t.kind = cadenza_schemas::TriggerKind::Workflow;
+        t.workflow_run_id = Some(12);
+        t.workflow_node = Some("load".into());
+        t.upstream = Some(upstream);
+        let log = RunLog::new(64 * 1024);
+        (
+            RunContext::new(&t, CancellationToken::new(), log.clone()),
+            log,
+        )
+    }
+
+    #[tokio::test]
+    async fn shell_output_file_becomes_the_runs_output() {
+        let upstream = serde_json::json!({ "extract": { "file": "a.csv" }, "check": null });
+        let (c, log) = node_ctx(
+            r#"printf '{"rows":42}' > "$CADENZA_OUTPUT"; echo "$CADENZA_UPSTREAM"
+               echo "node=$CADENZA_WORKFLOW_NODE run=$CADENZA_WORKFLOW_RUN_ID"
+               echo "dir=$(dirname "$CADENZA_OUTPUT")""#,
+            upstream.clone(),
+        );
+        assert_eq!(
+            Shell.call(c).await,
+            Outcome::success_with(serde_json::json!({ "rows": 42 }))
+        );
+        let log = log.contents().unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        // One line of JSON (its keys in either order).
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(lines[0]).unwrap(),
+            upstream
+        );
+        assert_eq!(lines[1], "node=load run=12");
+        // The run's directory is gone once the run is over.
+        let dir = lines[2].strip_prefix("dir=").unwrap();
+        assert!(dir.contains("cadenza-run-"), "{dir}");
+        assert!(
+            !std::path::Path::new(dir).exists(),
+            "{dir} outlived its run"
+        );
+    }
+
+    #[tokio::test]
+    async fn shell_without_upstream_or_output() {
+        // Not a workflow node: `{}` upstream, no workflow variables; an untouched (or blank)
+        // output file is no output.
+        let (c, log, _) = ctx(
+            r#"echo "$CADENZA_UPSTREAM [${CADENZA_WORKFLOW_NODE-unset}] [${CADENZA_WORKFLOW_RUN_ID-unset}]"
+               test -f "$CADENZA_OUTPUT" && test ! -s "$CADENZA_OUTPUT" && echo empty"#,
+        );
+        assert_eq!(Shell.call(c).await, Outcome::success());
+        assert_eq!(log.contents().as_deref(), Some("{} [unset] [unset]\nempty"));
+        let (c, _, _) = ctx(r#"echo "  " > "$CADENZA_OUTPUT""#);
+        assert_eq!(Shell.call(c).await, Outcome::success());
+        let (c, _, _) = ctx(r#"rm "$CADENZA_OUTPUT""#);
+        assert_eq!(Shell.call(c).await, Outcome::success());
+    }
+
+    #[tokio::test]
+    async fn shell_output_that_is_not_json_or_too_big_fails_the_run() {
+        let (c, _, _) = ctx(r#"echo 'rows: 42' > "$CADENZA_OUTPUT""#);
+        assert_eq!(
+            Shell.call(c).await,
+            Outcome::failure(
+                "shell: the command exited 0 but CADENZA_OUTPUT does not hold JSON: expected \
+                 value at line 1 column 1"
+            )
+        );
+        let (c, _, _) =
+            ctx(r#"printf '"%s"' "$(head -c 20478 /dev/zero | tr '\0' x)" > "$CADENZA_OUTPUT""#);
+        assert_eq!(
+            Shell.call(c).await,
+            Outcome::failure(
+                "shell: the command wrote 20480 bytes to CADENZA_OUTPUT; at most 16384 are kept \
+                 (write less, or store it elsewhere and pass a reference)"
+            )
+        );
+        // A failing command's output is not looked at.
+        let (c, _, _) = ctx(r#"echo '{"rows":1}' > "$CADENZA_OUTPUT"; exit 3"#);
+        assert_eq!(Shell.call(c).await, Outcome::failure("exit code 3"));
+    }
+
+    #[tokio::test]
+    async fn shell_refuses_an_upstream_too_big_for_the_environment() {
+        let big = serde_json::json!({ "a": "x".repeat(MAX_UPSTREAM_ENV) });
+        let (c, _) = node_ctx("true", big);
+        let Outcome::Failure(m) = Shell.call(c).await else {
+            panic!("an oversized upstream must fail");
+        };
+        assert!(
+            m.starts_with(&format!(
+                "shell: the upstream is {} bytes of JSON, more than the environment variable \
+                 CADENZA_UPSTREAM can hold",
+                MAX_UPSTREAM_ENV + 8
+            )),
+            "{m}"
         );
     }
 

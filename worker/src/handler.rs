@@ -85,6 +85,18 @@ where
 pub enum Outcome {
     /// `succeeded`, with an optional message for the run record.
     Success(Option<String>),
+    /// `succeeded` with an output: a small JSON value reported with the result (the `finished`
+    /// event's `output`), which a workflow passes to the node's children as their
+    /// [`RunContext::upstream`]. Serialized, it may take at most
+    /// [`MAX_OUTPUT_BYTES`](cadenza_schemas::MAX_OUTPUT_BYTES); a bigger one fails the run (an
+    /// output is data for the runs that follow, so it is never cut). JSON `null` is the same as
+    /// no output.
+    SuccessWith {
+        /// The output.
+        output: serde_json::Value,
+        /// An optional message for the run record.
+        message: Option<String>,
+    },
     /// `failed`, with the reason.
     Failure(String),
     /// The handler asks to be retried. For now this is reported as `failed` with the message:
@@ -100,6 +112,15 @@ impl Outcome {
     /// `Success(None)`.
     pub fn success() -> Self {
         Outcome::Success(None)
+    }
+
+    /// `SuccessWith { output, message: None }`: succeed with an output (see
+    /// [`Outcome::SuccessWith`]).
+    pub fn success_with(output: serde_json::Value) -> Self {
+        Outcome::SuccessWith {
+            output,
+            message: None,
+        }
     }
 
     /// `Failure(message)`.
@@ -143,6 +164,14 @@ pub struct RunContext {
     /// The job's route strategy, when the admin sent it (the `xxl` bridge routes among executor
     /// addresses by it).
     pub route: Option<RouteStrategy>,
+    /// For a run of a workflow node (kind `workflow`): the workflow run it belongs to.
+    pub workflow_run_id: Option<i64>,
+    /// For a run of a workflow node: the node's key in its workflow.
+    pub workflow_node: Option<String>,
+    /// For a run of a workflow node: the outputs of its direct parents, a JSON object from parent
+    /// node key to that node's output (JSON `null` for a parent without output; see
+    /// [`Outcome::SuccessWith`]). `None` for other runs.
+    pub upstream: Option<serde_json::Value>,
     /// Fires when the run should stop: timeout, `cover_early`, or shutdown hand-back.
     pub cancel: CancellationToken,
     log: RunLog,
@@ -164,6 +193,9 @@ impl RunContext {
             timeout: (trigger.timeout_ms > 0).then(|| Duration::from_millis(trigger.timeout_ms)),
             block: trigger.block,
             route: trigger.route,
+            workflow_run_id: trigger.workflow_run_id,
+            workflow_node: trigger.workflow_node.clone(),
+            upstream: trigger.upstream.clone(),
             cancel,
             log,
         }
@@ -490,6 +522,32 @@ mod tests {
         .await;
         assert_eq!(ex, Execution::Returned(Outcome::Success(None)));
         assert_eq!(log.contents().unwrap(), "params=p");
+    }
+
+    #[test]
+    fn the_context_of_a_workflow_node_run() {
+        let mut t = trigger(0);
+        let ctx = RunContext::new(&t, CancellationToken::new(), RunLog::new(16));
+        assert_eq!(
+            (ctx.workflow_run_id, ctx.workflow_node, ctx.upstream),
+            (None, None, None)
+        );
+        t.kind = TriggerKind::Workflow;
+        t.workflow_run_id = Some(12);
+        t.workflow_node = Some("load".into());
+        t.upstream = Some(serde_json::json!({ "extract": { "rows": 42 } }));
+        let ctx = RunContext::new(&t, CancellationToken::new(), RunLog::new(16));
+        assert_eq!(ctx.kind, TriggerKind::Workflow);
+        assert_eq!(ctx.workflow_run_id, Some(12));
+        assert_eq!(ctx.workflow_node.as_deref(), Some("load"));
+        assert_eq!(ctx.upstream, t.upstream);
+        assert_eq!(
+            Outcome::success_with(serde_json::json!(1)),
+            Outcome::SuccessWith {
+                output: serde_json::json!(1),
+                message: None
+            }
+        );
     }
 
     #[tokio::test]

@@ -856,6 +856,9 @@ pub(crate) mod testing {
             routed_worker: None,
             route: None,
             published_at: DateTime::UNIX_EPOCH,
+            workflow_run_id: None,
+            workflow_node: None,
+            upstream: None,
         }
     }
 }

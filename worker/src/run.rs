@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use cadenza_schemas::{
     ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunStatus, TriggerMessage,
-    WorkerId,
+    WorkerId, MAX_OUTPUT_BYTES,
 };
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -140,12 +140,14 @@ pub(crate) struct RunEnv {
     pub metrics: Arc<WorkerMetrics>,
 }
 
-/// The terminal status and message a run reports.
+/// The terminal status, message and output a run reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Verdict {
     status: RunStatus,
     message: Option<String>,
     retry_requested: bool,
+    /// The handler's output (succeeded runs only), at most [`MAX_OUTPUT_BYTES`] serialized.
+    output: Option<serde_json::Value>,
 }
 
 impl Verdict {
@@ -154,8 +156,60 @@ impl Verdict {
             status,
             message: Some(message.into()),
             retry_requested: false,
+            output: None,
         }
     }
+
+    /// `succeeded`, with the handler's message and output; `failed` instead if the output is
+    /// more than [`MAX_OUTPUT_BYTES`] serialized (it is never cut: the runs that follow would
+    /// take a truncated output for the whole). A JSON `null` output is no output.
+    fn succeeded(message: Option<String>, output: Option<serde_json::Value>) -> Self {
+        let output = output.filter(|o| !o.is_null());
+        if let Some(o) = &output {
+            match serialized_len(o) {
+                Ok(bytes) if bytes > MAX_OUTPUT_BYTES => {
+                    return Verdict::new(
+                        RunStatus::Failed,
+                        format!(
+                            "the handler's output is {bytes} bytes; at most {MAX_OUTPUT_BYTES} \
+                             are kept (serialize less, or store it elsewhere and pass a reference)"
+                        ),
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Verdict::new(
+                        RunStatus::Failed,
+                        format!("the handler's output cannot be serialized as JSON: {e}"),
+                    );
+                }
+            }
+        }
+        Self {
+            status: RunStatus::Succeeded,
+            message,
+            retry_requested: false,
+            output,
+        }
+    }
+}
+
+/// The length of `value` serialized as compact JSON (as it travels in the `finished` event),
+/// counted without building the text.
+fn serialized_len(value: &serde_json::Value) -> Result<usize, serde_json::Error> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value)?;
+    Ok(count.0)
 }
 
 fn cancelled_verdict(cause: Option<Cause>) -> Verdict {
@@ -332,6 +386,7 @@ impl RunEnv {
                 message: r.message.clone(),
                 log: None,
                 retry_requested: r.retry_requested,
+                output: r.output.clone(),
             });
             if env
                 .retry_until(
@@ -593,11 +648,10 @@ impl RunEnv {
                 shipper.abort();
                 return Err(Ended::HandBack(HandBack::Abandoned));
             }
-            Execution::Returned(Outcome::Success(message)) => Verdict {
-                status: RunStatus::Succeeded,
-                message,
-                retry_requested: false,
-            },
+            Execution::Returned(Outcome::Success(message)) => Verdict::succeeded(message, None),
+            Execution::Returned(Outcome::SuccessWith { output, message }) => {
+                Verdict::succeeded(message, Some(output))
+            }
             Execution::Returned(Outcome::Failure(message)) => {
                 Verdict::new(RunStatus::Failed, message)
             }
@@ -661,6 +715,7 @@ impl RunEnv {
                     .as_deref()
                     .map(|m| clip_front(m, REPORT_MESSAGE_MAX)),
                 retry_requested: verdict.retry_requested,
+                output: verdict.output.clone(),
             })
             .await;
         if !durable {
@@ -681,6 +736,7 @@ impl RunEnv {
             message: verdict.message,
             log,
             retry_requested: verdict.retry_requested,
+            output: verdict.output,
         });
         let delivered = self
             .retry_until(
@@ -1117,6 +1173,117 @@ mod tests {
         h.settle().await;
         assert_eq!(h.timeline(), tl(&[(1, "started", 0)]));
         assert_eq!(h.position(), Some(1));
+    }
+
+    #[test]
+    fn an_output_is_kept_up_to_the_bound_and_fails_the_run_beyond() {
+        let v = Verdict::succeeded(Some("ok".into()), Some(serde_json::json!({ "rows": 42 })));
+        assert_eq!(
+            (v.status, v.message.as_deref(), v.output),
+            (
+                RunStatus::Succeeded,
+                Some("ok"),
+                Some(serde_json::json!({ "rows": 42 }))
+            )
+        );
+        assert_eq!(
+            Verdict::succeeded(None, Some(serde_json::Value::Null)).output,
+            None
+        );
+        // A JSON string of n characters is n + 2 bytes serialized.
+        let exactly = serde_json::Value::String("x".repeat(MAX_OUTPUT_BYTES - 2));
+        assert_eq!(serialized_len(&exactly).unwrap(), MAX_OUTPUT_BYTES);
+        let v = Verdict::succeeded(None, Some(exactly.clone()));
+        assert_eq!((v.status, v.output), (RunStatus::Succeeded, Some(exactly)));
+        let v = Verdict::succeeded(
+            Some("ok".into()),
+            Some(serde_json::Value::String("x".repeat(20478))),
+        );
+        assert_eq!(
+            v,
+            Verdict::new(
+                RunStatus::Failed,
+                "the handler's output is 20480 bytes; at most 16384 are kept (serialize less, \
+                 or store it elsewhere and pass a reference)"
+            )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_output_travels_in_the_finished_event_and_an_oversized_one_fails() {
+        let h = Harness::new(8);
+        for (id, size) in [(1, 10), (2, MAX_OUTPUT_BYTES)] {
+            let mut t = crate::testing::trigger(0);
+            t.trigger_id = TriggerId(id);
+            t.job_id = JobId(id);
+            t.upstream = Some(serde_json::json!({ "parent": size }));
+            h.dispatch(
+                id,
+                t,
+                Arc::new(handler_fn(|ctx: RunContext| async move {
+                    // The upstream reaches the handler.
+                    let size = ctx.upstream.as_ref().and_then(|u| u["parent"].as_u64());
+                    let size = usize::try_from(size.unwrap_or(0)).unwrap_or(0);
+                    Outcome::SuccessWith {
+                        output: serde_json::json!({ "data": "x".repeat(size) }),
+                        message: Some("done".into()),
+                    }
+                })),
+            );
+        }
+        h.settle().await;
+        let f = h.finished(1);
+        assert_eq!(
+            (f.status, f.message.as_deref(), f.output),
+            (
+                RunStatus::Succeeded,
+                Some("done"),
+                Some(serde_json::json!({ "data": "x".repeat(10) }))
+            )
+        );
+        let f = h.finished(2);
+        assert_eq!((f.status, f.output), (RunStatus::Failed, None));
+        assert!(
+            f.message
+                .as_deref()
+                .unwrap()
+                .starts_with("the handler's output is 16395 bytes; at most 16384 are kept"),
+            "{:?}",
+            f.message
+        );
+        assert_eq!(h.position(), Some(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_published_again_keeps_its_output() {
+        let h = Harness::new(8);
+        h.env.republish(
+            h.delivery(1),
+            ReportingOffset {
+                offset: 1,
+                trigger_id: TriggerId(5),
+                job_id: JobId(7),
+                worker_id: WorkerId("w0".into()),
+                attempt: 2,
+                status: RunStatus::Succeeded,
+                started_at: None,
+                finished_at: DateTime::UNIX_EPOCH,
+                message: None,
+                retry_requested: false,
+                output: Some(serde_json::json!({ "rows": 42 })),
+            },
+        );
+        h.settle().await;
+        let f = h.finished(5);
+        assert_eq!(
+            (f.attempt, f.status, f.output),
+            (
+                2,
+                RunStatus::Succeeded,
+                Some(serde_json::json!({ "rows": 42 }))
+            )
+        );
+        assert_eq!(h.position(), Some(2));
     }
 
     #[tokio::test]

@@ -167,57 +167,58 @@ pub async fn apply(
     let mut changed = 0;
     let mut counted = crate::outcome::Ended::default();
     if !finished.is_empty() {
-        let rows: Vec<(i64, String, String, bool, bool)> = sqlx::query_as(sql!("ingest/run_finished"))
-            .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| storable(&f.worker_id.0))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| storable(&f.group))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| f.attempt as i32)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| f.status.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(finished.iter().map(|f| f.started_at).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.finished_at).collect::<Vec<_>>())
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| worker_text(f.message.as_deref()))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| worker_text(f.log.as_deref()))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                finished
-                    .iter()
-                    .map(|f| f.retry_requested)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(finished.iter().map(|f| output_text(f)).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows: Vec<(i64, String, String, bool, bool)> =
+            sqlx::query_as(sql!("ingest/run_finished"))
+                .bind(finished.iter().map(|f| f.trigger_id.0).collect::<Vec<_>>())
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| storable(&f.worker_id.0))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| storable(&f.group))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(finished.iter().map(|f| f.partition).collect::<Vec<_>>())
+                .bind(finished.iter().map(|f| f.offset).collect::<Vec<_>>())
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| f.attempt as i32)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| f.status.as_str())
+                        .collect::<Vec<_>>(),
+                )
+                .bind(finished.iter().map(|f| f.started_at).collect::<Vec<_>>())
+                .bind(finished.iter().map(|f| f.finished_at).collect::<Vec<_>>())
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| worker_text(f.message.as_deref()))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| worker_text(f.log.as_deref()))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(
+                    finished
+                        .iter()
+                        .map(|f| f.retry_requested)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(finished.iter().map(|f| output_text(f)).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await?;
         changed = rows.len();
         let known = crate::outcome::Known {
             fix_delay: rows
@@ -259,7 +260,11 @@ pub async fn apply(
 fn output_text(f: &RunFinished) -> Option<String> {
     let text = f.output.as_ref()?.to_string();
     if text.len() > cadenza_schemas::MAX_OUTPUT_BYTES {
-        tracing::warn!(trigger_id = f.trigger_id.0, bytes = text.len(), "a run's output exceeds the bound; not stored");
+        tracing::warn!(
+            trigger_id = f.trigger_id.0,
+            bytes = text.len(),
+            "a run's output exceeds the bound; not stored"
+        );
         return None;
     }
     Some(text)

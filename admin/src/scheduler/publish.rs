@@ -359,6 +359,9 @@ fn message(t: &PendingTrigger, route: &Route, now: DateTime<Utc>) -> TriggerReco
         routed_worker: route.worker.clone(),
         route: Some(t.route),
         published_at: now,
+        workflow_run_id: t.workflow.as_ref().map(|w| w.run_id),
+        workflow_node: t.workflow.as_ref().map(|w| w.node.clone()),
+        upstream: t.workflow.as_ref().and_then(|w| w.upstream.clone()),
     })
 }
 

@@ -114,10 +114,20 @@ async fn write(conn: &mut PgConnection, run: i64, changes: &[Change]) -> Result<
     sqlx::query(sql!("workflow/set_nodes"))
         .bind(run)
         .bind(changes.iter().map(|c| c.node.clone()).collect::<Vec<_>>())
-        .bind(changes.iter().map(|c| c.status.as_str()).collect::<Vec<_>>())
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.status.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(changes.iter().map(|c| c.run_id).collect::<Vec<_>>())
         .bind(changes.iter().map(|c| c.add_try).collect::<Vec<_>>())
-        .bind(changes.iter().map(|c| c.message.clone()).collect::<Vec<_>>())
+        .bind(
+            changes
+                .iter()
+                .map(|c| c.message.clone())
+                .collect::<Vec<_>>(),
+        )
         .execute(conn)
         .await?;
     Ok(())
@@ -241,8 +251,10 @@ async fn proceed(
                     .bind(fire_time)
                     .fetch_all(&mut *conn)
                     .await?;
-            let ids: HashMap<String, i64> =
-                inserted.into_iter().map(|(id, node, _)| (node, id)).collect();
+            let ids: HashMap<String, i64> = inserted
+                .into_iter()
+                .map(|(id, node, _)| (node, id))
+                .collect();
             started += ids.len();
             for n in &start {
                 changes.push(match ids.get(&n.key) {
@@ -260,10 +272,7 @@ async fn proceed(
                             status: NodeStatus::Failed,
                             run_id: None,
                             add_try: 0,
-                            message: Some(format!(
-                                "not run: job {} no longer exists",
-                                n.job_id.0
-                            )),
+                            message: Some(format!("not run: job {} no longer exists", n.job_id.0)),
                         }
                     }
                 });
@@ -568,7 +577,9 @@ pub async fn check_jobs(conn: &mut PgConnection, nodes: &[NodeSpec]) -> Result<(
                 if *missing {
                     format!("job {job} does not exist")
                 } else {
-                    format!("job {job} routes sharding_broadcast, which a workflow node cannot use yet")
+                    format!(
+                        "job {job} routes sharding_broadcast, which a workflow node cannot use yet"
+                    )
                 },
             )));
         }

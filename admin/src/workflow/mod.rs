@@ -147,10 +147,7 @@ pub fn advance(nodes: &[NodeSpec], status: &HashMap<String, NodeStatus>) -> Step
     let mut now: HashMap<&str, NodeStatus> = nodes
         .iter()
         .map(|n| {
-            let s = status
-                .get(&n.key)
-                .copied()
-                .unwrap_or(NodeStatus::Waiting);
+            let s = status.get(&n.key).copied().unwrap_or(NodeStatus::Waiting);
             (n.key.as_str(), s)
         })
         .collect();
@@ -363,10 +360,7 @@ mod tests {
         let mut cleanup = node("cleanup", &["d"]);
         cleanup.after = After::AnyEnd;
         d.push(cleanup);
-        let step = advance(
-            &d,
-            &st(&[("a", Failed), ("b", Waiting), ("c", Waiting)]),
-        );
+        let step = advance(&d, &st(&[("a", Failed), ("b", Waiting), ("c", Waiting)]));
         assert_eq!(step.skip, vec!["b", "c", "d"]);
         assert_eq!(step.start, vec!["cleanup"]);
         assert_eq!(step.done, None);
@@ -375,9 +369,15 @@ mod tests {
     #[test]
     fn descendants_follow_every_path() {
         let d = diamond();
-        let keys: Vec<&str> = descendants(&d, "b").iter().map(|n| n.key.as_str()).collect();
+        let keys: Vec<&str> = descendants(&d, "b")
+            .iter()
+            .map(|n| n.key.as_str())
+            .collect();
         assert_eq!(keys, vec!["d"]);
-        let keys: Vec<&str> = descendants(&d, "a").iter().map(|n| n.key.as_str()).collect();
+        let keys: Vec<&str> = descendants(&d, "a")
+            .iter()
+            .map(|n| n.key.as_str())
+            .collect();
         assert_eq!(keys, vec!["b", "c", "d"]);
     }
 }

@@ -92,8 +92,7 @@ fn default_enabled() -> bool {
 fn key_ok(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= MAX_KEY_LEN
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
@@ -134,7 +133,10 @@ impl WorkflowSpec {
 /// cycle, one connected graph.
 pub fn validate_nodes(nodes: &[NodeSpec]) -> Result<(), FieldError> {
     if nodes.is_empty() {
-        return Err(FieldError::new("nodes", "a workflow needs at least one node"));
+        return Err(FieldError::new(
+            "nodes",
+            "a workflow needs at least one node",
+        ));
     }
     if nodes.len() > MAX_NODES {
         return Err(FieldError::new(
@@ -162,7 +164,10 @@ pub fn validate_nodes(nodes: &[NodeSpec]) -> Result<(), FieldError> {
         if let Some(first) = seen.insert(n.key.as_str(), i) {
             return Err(FieldError::new(
                 format!("nodes[{i}].key"),
-                format!("{:?} is also the key of nodes[{first}]; keys are unique", n.key),
+                format!(
+                    "{:?} is also the key of nodes[{first}]; keys are unique",
+                    n.key
+                ),
             ));
         }
         if n.params.as_ref().is_some_and(|p| p.len() > MAX_PARAMS_LEN) {
@@ -360,6 +365,9 @@ mod tests {
             nodes: vec![node("a", &[])],
             enabled: true,
         };
-        assert_eq!(spec.validate(Utc::now()).unwrap_err().field, "schedule.kind");
+        assert_eq!(
+            spec.validate(Utc::now()).unwrap_err().field,
+            "schedule.kind"
+        );
     }
 }

@@ -120,15 +120,27 @@ async fn main() -> Result<()> {
     }
     let api = admin.api();
     let job = api
-        .create_job(&json!({"name": "node", "job_type": "bench.noop", "schedule": {"kind": "none"}}))
+        .create_job(
+            &json!({"name": "node", "job_type": "bench.noop", "schedule": {"kind": "none"}}),
+        )
         .await?;
     let mut workflows = Vec::new();
     for w in 0..args.workflows {
-        let v = post(&api, "/api/workflows", &chain(&format!("chain {w}"), job, args.length)).await?;
+        let v = post(
+            &api,
+            "/api/workflows",
+            &chain(&format!("chain {w}"), job, args.length),
+        )
+        .await?;
         workflows.push(v["id"].as_i64().context("workflow id")?);
     }
     // A warm-up run, so that topics exist and the workers are assigned.
-    let warm = post(&api, &format!("/api/workflows/{}/trigger", workflows[0]), &json!({})).await?;
+    let warm = post(
+        &api,
+        &format!("/api/workflows/{}/trigger", workflows[0]),
+        &json!({}),
+    )
+    .await?;
     let warm = warm["id"].as_i64().context("workflow run id")?;
     wait_for(Duration::from_secs(120), "the warm-up run", || {
         let api = &api;
@@ -201,7 +213,10 @@ async fn main() -> Result<()> {
         elapsed.as_secs_f64(),
         nodes as f64 / elapsed.as_secs_f64()
     );
-    println!("handoff (child started - parent finished): {}", spread(handoffs));
+    println!(
+        "handoff (child started - parent finished): {}",
+        spread(handoffs)
+    );
     let (status, _) = api.get_json("/api/workflows").await?;
     if status != StatusCode::OK {
         bail!("the admin stopped answering: {status}");

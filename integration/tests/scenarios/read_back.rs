@@ -134,6 +134,9 @@ async fn read_back_resolves_earlier_holders_runs_only_and_survives_a_bad_partiti
         routed_worker: None,
         route: None,
         published_at: Utc::now(),
+        workflow_run_id: None,
+        workflow_node: None,
+        upstream: None,
     });
     let topic = cluster.topics().trigger(&job_type);
     let (_, at) = cadenza_integration::produce(

@@ -28,10 +28,12 @@ async fn start(serve: &str) -> (Cluster, AdminHandle, WorkerHandle) {
 
 /// A job of `job_type` with `params` that never fires by itself; its id.
 async fn job(api: &ApiClient, name: &str, job_type: &str, params: &str) -> i64 {
-    api.create_job(&json!({"name": name, "job_type": job_type, "params": params,
-        "schedule": {"kind": "none"}}))
-        .await
-        .unwrap()
+    api.create_job(
+        &json!({"name": name, "job_type": job_type, "params": params,
+        "schedule": {"kind": "none"}}),
+    )
+    .await
+    .unwrap()
 }
 
 async fn create_workflow(api: &ApiClient, body: &Value) -> i64 {
@@ -74,7 +76,13 @@ async fn wait_status(api: &ApiClient, id: i64, status: &str) -> Value {
 }
 
 /// Waits until node `key` of workflow run `id` satisfies `ok`; returns the workflow run.
-async fn wait_node(api: &ApiClient, id: i64, key: &str, what: &str, ok: fn(&Value) -> bool) -> Value {
+async fn wait_node(
+    api: &ApiClient,
+    id: i64,
+    key: &str,
+    what: &str,
+    ok: fn(&Value) -> bool,
+) -> Value {
     wait_for(
         WAIT,
         &format!("node {key} of workflow run {id} to be {what}"),
@@ -144,7 +152,12 @@ async fn a_diamond_runs_its_join_once_after_both_branches() {
     let done = wait_status(api, id, "succeeded").await;
     assert_eq!(
         statuses(&done),
-        expect(&[("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded"), ("d", "succeeded")]),
+        expect(&[
+            ("a", "succeeded"),
+            ("b", "succeeded"),
+            ("c", "succeeded"),
+            ("d", "succeeded")
+        ]),
         "{done}"
     );
     // Each job ran once, as a run of kind `workflow` of this workflow run.
@@ -186,7 +199,12 @@ async fn a_failed_node_skips_what_needs_it_until_it_is_retried_or_marked_succeed
     let failed = wait_status(api, id, "failed").await;
     assert_eq!(
         statuses(&failed),
-        expect(&[("a", "succeeded"), ("b", "failed"), ("c", "succeeded"), ("d", "skipped")]),
+        expect(&[
+            ("a", "succeeded"),
+            ("b", "failed"),
+            ("c", "succeeded"),
+            ("d", "skipped")
+        ]),
         "{failed}"
     );
     assert!(all_runs(api, d).await.is_empty(), "d never ran");
@@ -210,7 +228,12 @@ async fn a_failed_node_skips_what_needs_it_until_it_is_retried_or_marked_succeed
     let done = wait_status(api, id, "succeeded").await;
     assert_eq!(
         statuses(&done),
-        expect(&[("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded"), ("d", "succeeded")]),
+        expect(&[
+            ("a", "succeeded"),
+            ("b", "succeeded"),
+            ("c", "succeeded"),
+            ("d", "succeeded")
+        ]),
         "{done}"
     );
     assert_eq!(node(&done, "b")["tries"], 2, "{done}");
@@ -251,8 +274,10 @@ async fn retries_allow_failure_and_cleanup_nodes() {
     let a = job(api, "a", "wf.noop", "").await;
     // A node's job retries as any run does; the node stays running meanwhile.
     let flaky = api
-        .create_job(&json!({"name": "flaky", "job_type": "wf.fail", "params": "no",
-            "schedule": {"kind": "none"}, "retries": 1, "retry_backoff_ms": 200}))
+        .create_job(
+            &json!({"name": "flaky", "job_type": "wf.fail", "params": "no",
+            "schedule": {"kind": "none"}, "retries": 1, "retry_backoff_ms": 200}),
+        )
         .await
         .unwrap();
     let tolerated = job(api, "tolerated", "wf.fail", "ignored").await;
@@ -288,7 +313,11 @@ async fn retries_allow_failure_and_cleanup_nodes() {
     assert_eq!(runs.len(), 2, "the first run and its retry: {runs:?}");
     assert_eq!(runs[1]["kind"], "retry");
     assert_eq!(node(&done, "flaky")["run_id"], runs[1]["id"], "{done}");
-    assert_eq!(node(&done, "flaky")["tries"], 1, "a retry is not an operator's try");
+    assert_eq!(
+        node(&done, "flaky")["tries"],
+        1,
+        "a retry is not an operator's try"
+    );
 }
 
 #[tokio::test]
@@ -340,7 +369,13 @@ async fn cancelling_a_running_workflow_run_stops_its_node_and_skips_the_rest() {
 async fn a_nodes_output_reaches_its_children() {
     let (_cluster, admin, _w) = start("wf.sh=shell").await;
     let api = &admin.api();
-    let a = job(api, "extract", "wf.sh", r#"printf '{"rows":42,"file":"x.csv"}' > "$CADENZA_OUTPUT""#).await;
+    let a = job(
+        api,
+        "extract",
+        "wf.sh",
+        r#"printf '{"rows":42,"file":"x.csv"}' > "$CADENZA_OUTPUT""#,
+    )
+    .await;
     let b = job(api, "load", "wf.sh", r#"echo "upstream=$CADENZA_UPSTREAM""#).await;
     let wf = create_workflow(
         api,
@@ -352,7 +387,11 @@ async fn a_nodes_output_reaches_its_children() {
     .await;
     let id = trigger(api, wf).await;
     let done = wait_status(api, id, "succeeded").await;
-    assert_eq!(node(&done, "extract")["output"], json!({"rows": 42, "file": "x.csv"}), "{done}");
+    assert_eq!(
+        node(&done, "extract")["output"],
+        json!({"rows": 42, "file": "x.csv"}),
+        "{done}"
+    );
     let load = run_of(api, node(&done, "load")["run_id"].as_i64().unwrap()).await;
     let log = load["log"].as_str().unwrap_or_default();
     let line = log
@@ -363,7 +402,10 @@ async fn a_nodes_output_reaches_its_children() {
         .trim_start_matches("upstream=")
         .rsplit_once(" node=")
         .unwrap();
-    assert_eq!(node_key, "load", "the node's params replaced the job's: {line}");
+    assert_eq!(
+        node_key, "load",
+        "the node's params replaced the job's: {line}"
+    );
     let upstream: Value = serde_json::from_str(upstream).unwrap();
     assert_eq!(upstream, json!({"extract": {"rows": 42, "file": "x.csv"}}));
     assert_eq!(load["upstream"], upstream, "{load}");
@@ -383,9 +425,14 @@ async fn a_scheduled_workflow_fires_on_its_schedule() {
     .await;
     let runs = wait_for(WAIT, "three succeeded workflow runs", || async move {
         let (_, page) = api
-            .get_json(&format!("/api/workflow-runs?workflow_id={wf}&status=succeeded"))
+            .get_json(&format!(
+                "/api/workflow-runs?workflow_id={wf}&status=succeeded"
+            ))
             .await?;
-        let runs = page["workflow_runs"].as_array().cloned().unwrap_or_default();
+        let runs = page["workflow_runs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         Ok((runs.len() >= 3).then_some(runs))
     })
     .await
@@ -398,13 +445,20 @@ async fn a_scheduled_workflow_fires_on_its_schedule() {
     let mut fires: Vec<_> = runs.iter().map(|r| time(&r["fire_time"])).collect();
     fires.sort();
     for pair in fires.windows(2) {
-        assert_eq!((pair[1] - pair[0]).num_milliseconds() % 1000, 0, "{fires:?}");
+        assert_eq!(
+            (pair[1] - pair[0]).num_milliseconds() % 1000,
+            0,
+            "{fires:?}"
+        );
     }
     for r in &runs {
         assert_eq!(r["kind"], "fix_rate", "{r}");
         let full = workflow_run(api, r["id"].as_i64().unwrap()).await;
         let first = run_of(api, node(&full, "a")["run_id"].as_i64().unwrap()).await;
-        assert_eq!(first["fire_time"], full["fire_time"], "the first node fires at the workflow's fire time");
+        assert_eq!(
+            first["fire_time"], full["fire_time"],
+            "the first node fires at the workflow's fire time"
+        );
     }
 }
 
@@ -421,7 +475,9 @@ async fn node_sends(cluster: &Cluster, job_types: &[&str]) -> BTreeMap<(i64, Str
             if v["type"] != "trigger" {
                 continue;
             }
-            if let (Some(run), Some(node)) = (v["workflow_run_id"].as_i64(), v["workflow_node"].as_str()) {
+            if let (Some(run), Some(node)) =
+                (v["workflow_run_id"].as_i64(), v["workflow_node"].as_str())
+            {
                 *sends.entry((run, node.to_owned())).or_insert(0) += 1;
             }
         }
@@ -494,7 +550,10 @@ async fn admins_killed_while_nodes_end_start_every_node_once() {
                 let (_, page) = api
                     .get_json(&format!("/api/workflow-runs?workflow_id={wf}&limit=1000"))
                     .await?;
-                let runs = page["workflow_runs"].as_array().cloned().unwrap_or_default();
+                let runs = page["workflow_runs"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
                 Ok(runs
                     .iter()
                     .all(|r| r["status"] != "running")
@@ -506,8 +565,15 @@ async fn admins_killed_while_nodes_end_start_every_node_once() {
         runs.extend(page);
     }
     let fired: Vec<&Value> = runs.iter().filter(|r| r["status"] != "misfired").collect();
-    assert!(fired.len() >= 6 * secs as usize, "{} workflow runs in {secs} s", fired.len());
-    let not_ok: Vec<&&Value> = fired.iter().filter(|r| r["status"] != "succeeded").collect();
+    assert!(
+        fired.len() >= 6 * secs as usize,
+        "{} workflow runs in {secs} s",
+        fired.len()
+    );
+    let not_ok: Vec<&&Value> = fired
+        .iter()
+        .filter(|r| r["status"] != "succeeded")
+        .collect();
     assert!(not_ok.is_empty(), "after {kills} kills: {not_ok:?}");
     // Each node of each workflow run was sent exactly once.
     let sends = node_sends(&cluster, &["wfc.noop", "wfc.sleep"]).await;
@@ -522,5 +588,9 @@ async fn admins_killed_while_nodes_end_start_every_node_once() {
         }
     }
     assert!(missing.is_empty(), "after {kills} kills: {missing:?}");
-    assert_eq!(sends.len(), fired.len() * 4, "no node of another run was sent");
+    assert_eq!(
+        sends.len(),
+        fired.len() * 4,
+        "no node of another run was sent"
+    );
 }

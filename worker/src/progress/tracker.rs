@@ -636,6 +636,7 @@ mod tests {
             finished_at: DateTime::UNIX_EPOCH,
             message: None,
             retry_requested: false,
+            output: Some(serde_json::json!({ "offset": offset })),
         }
     }
 

@@ -367,7 +367,9 @@ impl Bridge {
             .into_iter()
             .map(|(one, outcome)| {
                 let (word, msg) = match outcome {
-                    Outcome::Success(m) => ("succeeded", m.unwrap_or_default()),
+                    Outcome::Success(m) | Outcome::SuccessWith { message: m, .. } => {
+                        ("succeeded", m.unwrap_or_default())
+                    }
                     Outcome::Failure(m) | Outcome::Retry { message: m } => {
                         failed = true;
                         ("failed", m)
