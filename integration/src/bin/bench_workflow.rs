@@ -156,7 +156,11 @@ async fn main() -> Result<()> {
     for _ in 0..args.runs {
         let round: Vec<_> = workflows
             .iter()
-            .map(|w| post(&api, &format!("/api/workflows/{w}/trigger"), &json!({})))
+            .map(|w| {
+                let api = &api;
+                let path = format!("/api/workflows/{w}/trigger");
+                async move { post(api, &path, &json!({})).await }
+            })
             .collect();
         for v in futures::future::try_join_all(round).await? {
             ids.push(v["id"].as_i64().context("workflow run id")?);
