@@ -112,12 +112,18 @@ function chooser(describe, details, label) {
   let nodes = [];
   const graph = h("div");
   const box = h("section", { class: "card node-details", "aria-live": "polite" });
+  let drawn = "";
   const render = (next) => {
     nodes = next || nodes;
-    const focused = document.activeElement?.closest?.(".dag-node")?.dataset.key;
     if (selected !== null && !nodes.some((n) => n.key === selected)) selected = null;
-    graph.replaceChildren(
-      dag(nodes, {
+    // Drawn again only when something changed, keeping where it was scrolled to and the focus.
+    const now = JSON.stringify([selected, nodes]);
+    if (now !== drawn) {
+      drawn = now;
+      const focused = document.activeElement?.closest?.(".dag-node")?.dataset.key;
+      const old = graph.firstChild;
+      const [left, top] = old ? [old.scrollLeft, old.scrollTop] : [0, 0];
+      const fresh = dag(nodes, {
         describe,
         selected,
         label,
@@ -125,9 +131,12 @@ function chooser(describe, details, label) {
           selected = selected === key ? null : key;
           render();
         },
-      }),
-    );
-    if (focused) [...graph.querySelectorAll(".dag-node")].find((g) => g.dataset.key === focused)?.focus();
+      });
+      graph.replaceChildren(fresh);
+      fresh.scrollLeft = left;
+      fresh.scrollTop = top;
+      if (focused) [...graph.querySelectorAll(".dag-node")].find((g) => g.dataset.key === focused)?.focus({ preventScroll: true });
+    }
     const node = nodes.find((n) => n.key === selected);
     fill(box, node ? details(node) : h("p", { class: "muted" }, "Choose a node to see its details."));
   };
