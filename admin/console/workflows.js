@@ -145,10 +145,10 @@ function chooser(describe, details, label) {
 
 /** A workflow; `reload()` shows it again after a change. */
 export async function workflowPage(id, params, canWrite, reload) {
-  const before = params.get("before") || "";
+  const before = params.get("before_id") || "";
   const [wf, runs] = await Promise.all([
     api("GET", `/api/workflows/${id}`),
-    api("GET", `/api/workflow-runs${query({ workflow_id: id, limit: 20, before })}`),
+    api("GET", `/api/workflow-runs${query({ workflow_id: id, limit: 20, before_id: before })}`),
   ]);
   const status = h("div");
   const actions = canWrite
@@ -210,7 +210,7 @@ export async function workflowPage(id, params, canWrite, reload) {
       "div",
       { class: "pager" },
       before ? h("a", { href: `#/workflows/${id}` }, "← Newest") : null,
-      list.length === 20 ? h("a", { class: "button", href: `#/workflows/${id}${query({ before: list[list.length - 1].id })}` }, "Older →") : null,
+      runs.next_before_id ? h("a", { class: "button", href: `#/workflows/${id}${query({ before_id: runs.next_before_id })}` }, "Older →") : null,
     ),
   );
   graph.render(wf.nodes);
