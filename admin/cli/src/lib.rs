@@ -8,6 +8,7 @@ mod client;
 mod files;
 mod import;
 mod replay;
+mod workflows;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -54,6 +55,9 @@ enum Command {
     /// Runs (triggers) and their logs.
     #[command(subcommand)]
     Runs(RunsCmd),
+    /// Workflows (graphs of jobs) and their runs.
+    #[command(subcommand)]
+    Workflows(workflows::WorkflowsCmd),
     /// Live and recently seen workers.
     Workers,
     /// Re-run triggers read back from a job type's topic.
@@ -262,6 +266,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Jobs(cmd) => jobs(&client, &out, cmd).await,
         Command::Runs(cmd) => runs(&client, &out, cmd).await,
+        Command::Workflows(cmd) => workflows::run(&client, &out, cmd).await,
         Command::Workers => {
             let v = client.get("/api/workers").await?;
             out.table(&v, &v["workers"], &WORKER_COLUMNS)?;
@@ -497,32 +502,31 @@ fn parse_schedule(s: &str, timezone: Option<&str>) -> Result<Value, CliError> {
     Ok(v)
 }
 
+/// The JSON object in file `p` (`-`: standard input), given with `--file`.
+fn read_object(p: &std::path::Path) -> Result<Map<String, Value>, CliError> {
+    let text = if p.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())
+    } else {
+        std::fs::read_to_string(p)
+    }
+    .map_err(|e| CliError::Usage(format!("--file {}: {e}", p.display())))?;
+    match serde_json::from_str(&text) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(CliError::Usage(format!(
+            "--file {}: must hold a JSON object",
+            p.display()
+        ))),
+        Err(e) => Err(CliError::Usage(format!(
+            "--file {}: not valid JSON: {e}",
+            p.display()
+        ))),
+    }
+}
+
 fn create_body(a: &CreateArgs) -> Result<Value, CliError> {
     let mut body: Map<String, Value> = match &a.file {
         None => Map::new(),
-        Some(p) => {
-            let text = if p.as_os_str() == "-" {
-                std::io::read_to_string(std::io::stdin())
-            } else {
-                std::fs::read_to_string(p)
-            }
-            .map_err(|e| CliError::Usage(format!("--file {}: {e}", p.display())))?;
-            match serde_json::from_str(&text) {
-                Ok(Value::Object(m)) => m,
-                Ok(_) => {
-                    return Err(CliError::Usage(format!(
-                        "--file {}: must hold a JSON object",
-                        p.display()
-                    )))
-                }
-                Err(e) => {
-                    return Err(CliError::Usage(format!(
-                        "--file {}: not valid JSON: {e}",
-                        p.display()
-                    )))
-                }
-            }
-        }
+        Some(p) => read_object(p)?,
     };
     let mut set = |k: &str, v: Option<Value>| {
         if let Some(v) = v {

@@ -28,7 +28,7 @@ const CSRF: &str = "csrf";
 #[openapi(
     info(
         title = "Cadenza admin API",
-        description = "Jobs, runs, workers, replay, users, tokens and the audit of a Cadenza \
+        description = "Jobs, runs, workflows, workers, replay, users, tokens and the audit of a Cadenza \
             scheduler. JSON in and out. Every error answers `{\"error\":{\"code\",\"message\",\"field\"?}}` \
             with a stable `code` (see `ErrorCode`). Request bodies are limited to 1 MiB, and no text \
             may hold a NUL character (U+0000). When the admin runs without `CADENZA_API_TOKEN` \
@@ -39,6 +39,7 @@ const CSRF: &str = "csrf";
     tags(
         (name = "jobs", description = "Job definitions: schedule, routing, blocking, retries, children, alarms."),
         (name = "runs", description = "Runs (triggers) and their outcome."),
+        (name = "workflows", description = "Workflows (graphs of jobs run one after another) and their runs."),
         (name = "workers", description = "Live and recently stopped workers."),
         (name = "operations", description = "Replay, alarms and the daily report."),
         (name = "accounts", description = "Signing in and out, users, personal API tokens and the audit."),

@@ -25,12 +25,18 @@ pub enum ErrorCode {
     Forbidden,
     /// 403: a write made with the session cookie lacks the `X-CSRF-Token` header of the session.
     CsrfRequired,
-    /// 404: no such job, run, user, token or endpoint.
+    /// 404: no such job, run, workflow, workflow run or node, user, token or endpoint.
     NotFound,
     /// 405: the path exists, the method does not (the `Allow` header lists the methods).
     MethodNotAllowed,
     /// 409: a user of that name exists already.
     UserExists,
+    /// 409: a workflow of that name exists already.
+    WorkflowExists,
+    /// 409: the action does not apply in the current state (a workflow run that is not running
+    /// cannot be cancelled; only a failed or cancelled node can be retried or marked
+    /// succeeded); the message says why.
+    Conflict,
     /// 409: the run cannot be cancelled: it already ended, or it is being published (from up to
     /// `CADENZA_PUBLISH_AHEAD_MS` before its fire time until the broker acknowledges it; try
     /// again in a moment).
@@ -70,6 +76,8 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::UserExists => "user_exists",
+            ErrorCode::WorkflowExists => "workflow_exists",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::NotCancellable => "not_cancellable",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::InvalidField => "invalid_field",

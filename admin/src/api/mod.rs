@@ -17,6 +17,7 @@ mod tokens;
 mod triggers;
 mod users;
 mod workers;
+mod workflows;
 
 use std::sync::Arc;
 
@@ -256,6 +257,19 @@ fn routes() -> Vec<(Rule, Route)> {
         (Write, routes!(replay::create)),
         (Read, routes!(report::daily)),
         (Read, routes!(audit::list)),
+        (Write, routes!(workflows::create)),
+        (Read, routes!(workflows::list)),
+        (Read, routes!(workflows::get)),
+        (Write, routes!(workflows::update)),
+        (Write, routes!(workflows::delete)),
+        (Write, routes!(workflows::enable)),
+        (Write, routes!(workflows::disable)),
+        (Write, routes!(workflows::trigger)),
+        (Read, routes!(workflows::list_runs)),
+        (Read, routes!(workflows::get_run)),
+        (Write, routes!(workflows::cancel_run)),
+        (Write, routes!(workflows::retry_node)),
+        (Write, routes!(workflows::mark_succeeded)),
     ]
 }
 

@@ -10,7 +10,9 @@ use serde::Serialize;
 use crate::route::registry::Registry;
 
 use super::doc::Id;
-use super::{parse_id, parse_limit, parse_time, ApiError, ApiResult, ErrorBody, Params, Shared};
+use super::{
+    parse_id, parse_limit, parse_time, ApiError, ApiResult, AppState, ErrorBody, Params, Shared,
+};
 use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
 
@@ -249,9 +251,21 @@ pub async fn cancel(
     axum::Extension(p): axum::Extension<Principal>,
     Path(id): Path<String>,
 ) -> ApiResult<(axum::http::StatusCode, Json<Run>)> {
+    let id = parse_id("id", &id)?;
+    let (answer, run) = cancel_run(&state, &p, id).await?;
+    Ok((answer, Json(run)))
+}
+
+/// Cancels run `id` for `p` as `POST /api/triggers/{id}/cancel` does (also used when a workflow
+/// run is cancelled): `200` when it was cancelled before publication, `202` when a cancel record
+/// was sent to its worker; `409 not_cancellable` when it ended or is being published.
+pub(super) async fn cancel_run(
+    state: &AppState,
+    p: &Principal,
+    id: i64,
+) -> ApiResult<(axum::http::StatusCode, Run)> {
     use axum::http::StatusCode;
 
-    let id = parse_id("id", &id)?;
     let mut tx = state.pool.begin().await?;
     let row: Option<(String, i64, String, Option<i32>)> =
         sqlx::query_as(sql!("triggers/lock_for_cancel"))
@@ -354,7 +368,7 @@ pub async fn cancel(
         .await?;
     let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
     run.note_waiting(&state.registry, Utc::now());
-    Ok((answer, Json(run)))
+    Ok((answer, run))
 }
 
 /// How often a followed log is looked at.

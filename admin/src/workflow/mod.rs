@@ -13,10 +13,12 @@
 //! - `model.rs`: the definition as the API accepts it, and its validation.
 //! - `engine.rs`: starting workflow runs, following node runs' ends, operator actions.
 //! - `scan.rs`: firing workflows on their schedules under the shard leases.
+//! - `store.rs`: workflows and workflow runs as the API stores and shows them.
 
 pub mod engine;
 pub mod model;
 pub mod scan;
+pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 

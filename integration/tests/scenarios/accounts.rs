@@ -10,7 +10,11 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 
 /// `cadenza-admin users create …` with `password` on stdin: (exit code, stdout, stderr).
-async fn create_user(cluster: &Cluster, args: &[&str], password: &str) -> (i32, String, String) {
+pub(crate) async fn create_user(
+    cluster: &Cluster,
+    args: &[&str],
+    password: &str,
+) -> (i32, String, String) {
     let mut cmd = tokio::process::Command::new(cadenza_bin("cadenza-admin").unwrap());
     cmd.args(["users", "create"])
         .args(args)
@@ -38,7 +42,7 @@ async fn create_user(cluster: &Cluster, args: &[&str], password: &str) -> (i32, 
 }
 
 /// A client that keeps cookies, as a browser does.
-fn browser() -> reqwest::Client {
+pub(crate) fn browser() -> reqwest::Client {
     reqwest::Client::builder()
         .cookie_store(true)
         .timeout(Duration::from_secs(10))
@@ -46,7 +50,7 @@ fn browser() -> reqwest::Client {
         .unwrap()
 }
 
-async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+pub(crate) async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
     let resp = req.send().await.unwrap();
     let status = resp.status();
     let text = resp.text().await.unwrap();
@@ -328,7 +332,7 @@ async fn users_sign_in_with_sessions_and_tokens_and_roles_limit_them() {
 }
 
 /// Signs `name` in and creates a personal token for them: a client using it.
-async fn token_client(base: &str, name: &str, password: &str) -> ApiClient {
+pub(crate) async fn token_client(base: &str, name: &str, password: &str) -> ApiClient {
     let b = browser();
     let (status, s) = send(
         b.post(format!("{base}/api/session"))

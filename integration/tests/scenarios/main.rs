@@ -25,6 +25,7 @@ mod walking_skeleton;
 mod worker_chaos;
 mod worker_fence;
 mod worker_misc;
+mod workflow_api;
 mod workflows;
 mod xxl_bridge;
 mod xxl_protocol;

@@ -1,0 +1,2 @@
+-- The database's clock (the transaction's start).
+SELECT now()
