@@ -336,6 +336,8 @@ export async function workflowRunPage(id, canWrite, onLeave) {
       try {
         const next = await api("GET", `/api/workflow-runs/${id}`);
         if (left) return;
+        // What an action said is over once the workflow run it changed has ended.
+        if (run.status === "running" && next.status !== "running") status.replaceChildren();
         run = next;
         readError.replaceChildren();
         render();
