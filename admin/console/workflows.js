@@ -4,7 +4,7 @@
 // while it runs.
 
 import { api, query } from "./api.js";
-import { badge, duration, elapsed, fact, h, notice, scheduleText, show, table, time } from "./ui.js";
+import { badge, duration, elapsed, fact, field, h, notice, scheduleText, show, table, time } from "./ui.js";
 import { dag, dagLegend } from "./dag.js";
 
 /** How often a running workflow run's page reads it again. */
@@ -50,12 +50,33 @@ async function trigger(id) {
 const nodeCount = (w) => (Array.isArray(w.nodes) ? w.nodes.length : (w.node_count ?? "—"));
 
 export async function workflowsPage(params, canWrite) {
-  const after = params.get("after_id") || "";
-  const page = await api("GET", `/api/workflows${query({ after_id: after, limit: 50 })}`);
+  const f = Object.fromEntries(["name", "enabled", "after_id"].map((k) => [k, params.get(k) || ""]));
+  const page = await api("GET", `/api/workflows${query({ ...f, limit: 50 })}`);
   const status = h("div");
+  const name = h("input", { type: "search", value: f.name, placeholder: "part of the name" });
+  const enabled = h(
+    "select",
+    {},
+    [["", "any"], ["true", "enabled"], ["false", "disabled"]].map(([v, t]) => h("option", { value: v, selected: v === f.enabled }, t)),
+  );
+  const search = h(
+    "form",
+    {
+      class: "filters",
+      role: "search",
+      onsubmit: (ev) => {
+        ev.preventDefault();
+        window.location.hash = `#/workflows${query({ name: name.value, enabled: enabled.value })}`;
+      },
+    },
+    field("Name", "name", name),
+    field("State", "enabled", enabled),
+    h("button", { type: "submit" }, "Search"),
+  );
   show(
     h("h1", {}, "Workflows"),
     h("p", { class: "muted" }, "Graphs of jobs: each node runs a job after its parents."),
+    search,
     status,
     table(
       [
@@ -68,13 +89,13 @@ export async function workflowsPage(params, canWrite) {
         canWrite ? ["", (w) => action("Trigger now", status, () => trigger(w.id))] : null,
       ].filter(Boolean),
       page.workflows,
-      "No workflow yet (create one with the API or `cadenza workflows create`).",
+      f.name || f.enabled ? "No workflow matches." : "No workflow yet (create one with the API or `cadenza workflows create`).",
     ),
     h(
       "div",
       { class: "pager" },
-      after ? h("a", { href: "#/workflows" }, "← First page") : null,
-      page.next_after_id ? h("a", { class: "button", href: `#/workflows${query({ after_id: page.next_after_id })}` }, "Next page →") : null,
+      f.after_id ? h("a", { href: `#/workflows${query({ ...f, after_id: "" })}` }, "← First page") : null,
+      page.next_after_id ? h("a", { class: "button", href: `#/workflows${query({ ...f, after_id: page.next_after_id })}` }, "Next page →") : null,
     ),
   );
 }

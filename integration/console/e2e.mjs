@@ -4,7 +4,7 @@
 // Environment: CADENZA_URL, CADENZA_ADMIN_USER / CADENZA_ADMIN_PASSWORD (an admin),
 // CADENZA_VIEWER_USER / CADENZA_VIEWER_PASSWORD (a viewer), CADENZA_JOB_TYPE (served by a shell
 // worker), CADENZA_WORKFLOW (the name of a workflow a → (b, c) → d whose b fails the first time
-// only), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
+// only), CADENZA_LONG_WORKFLOW (one whose first node sleeps a minute), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
 // module), CHROMIUM (the browser). Exits non-zero on the first failed step, naming it.
 
 import assert from "node:assert/strict";
@@ -382,6 +382,9 @@ try {
     const name = env("CADENZA_WORKFLOW");
     await page.getByRole("link", { name: "Workflows" }).click();
     await page.getByRole("heading", { name: "Workflows" }).waitFor();
+    await page.getByRole("searchbox", { name: "Name" }).fill("DIAMOND");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.waitForURL(/name=DIAMOND/);
     await page.getByRole("link", { name }).click();
     await page.getByRole("heading", { name: "Recent workflow runs" }).waitFor();
     workflowUrl = page.url();
@@ -457,6 +460,26 @@ try {
     await page.getByRole("heading", { name: "Recent workflow runs" }).waitFor();
     const row = page.locator("tbody tr").filter({ has: page.getByRole("link", { name: id, exact: true }) });
     await row.locator(".badge.s-succeeded").waitFor();
+  });
+
+  await check("a workflow triggered from the list runs, and is cancelled from its page", async () => {
+    await page.getByRole("link", { name: "Workflows" }).click();
+    await page.getByRole("heading", { name: "Workflows" }).waitFor();
+    const row = page.locator("tbody tr").filter({ has: page.getByRole("link", { name: env("CADENZA_LONG_WORKFLOW") }) });
+    await row.getByRole("button", { name: "Trigger now" }).click();
+    await page.getByRole("heading", { name: /^Workflow run \d+/ }).waitFor();
+    await page.locator('svg.dag .dag-node.s-running[data-key="sleep"]').waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator('svg.dag .dag-node.s-waiting[data-key="after"]').count(), 1);
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Cancel workflow run" }).click();
+    await page.locator("h1 .badge.s-cancelled").waitFor();
+    await page.locator('svg.dag .dag-node.s-cancelled[data-key="sleep"]').waitFor();
+    await page.locator('svg.dag .dag-node.s-skipped[data-key="after"]').waitFor();
+    assert.equal(await page.getByRole("button", { name: "Cancel workflow run" }).count(), 0);
+    // A cancelled workflow run stays so: its cancelled node offers no retry.
+    await page.getByRole("button", { name: /^sleep: cancelled/ }).click();
+    await page.getByRole("heading", { name: /^Node sleep cancelled/ }).waitFor();
+    assert.equal(await page.getByRole("button", { name: "Retry" }).count(), 0);
   });
 
   await check("no layout break at 390 px or 1280 px on any page", async () => {

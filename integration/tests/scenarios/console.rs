@@ -2,7 +2,7 @@
 //! against a real admin, PostgreSQL, broker and a shell worker: sign in, a cron job's preview in
 //! its time zone, the API's message at the wrong field, runs appearing, a run's log growing,
 //! filters, workers, a workflow's graph and a workflow run whose failed node is retried from its
-//! page, a viewer without write buttons, a 390 px screen.
+//! page, a running workflow run cancelled, a viewer without write buttons, a 390 px screen.
 //!
 //! Screenshots go to the test's directory, or to `CADENZA_CONSOLE_SHOTS` (the README's are
 //! `docs/console/`: `CADENZA_CONSOLE_SHOTS=$PWD/docs/console cargo nextest run -p
@@ -51,9 +51,38 @@ async fn diamond(api: &ApiClient, dir: &std::path::Path) -> i64 {
     body["id"].as_i64().unwrap()
 }
 
+/// A workflow whose first node sleeps a minute, then another; its id.
+async fn long(api: &ApiClient) -> i64 {
+    let sleep = api
+        .create_job(
+            &json!({"name": "long sleep", "job_type": "console.wf", "params": "sleep 60",
+            "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let after = api
+        .create_job(&json!({"name": "long after", "job_type": "console.noop",
+            "schedule": {"kind": "none"}}))
+        .await
+        .unwrap();
+    let (status, body) = api
+        .post_json(
+            "/api/workflows",
+            &json!({"name": LONG_WORKFLOW, "schedule": {"kind": "none"}, "nodes": [
+                {"key": "sleep", "job_id": sleep},
+                {"key": "after", "job_id": after, "parents": ["sleep"]},
+            ]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["id"].as_i64().unwrap()
+}
+
 const ADMIN: (&str, &str) = ("ada", "console admin pw");
 const VIEWER: (&str, &str) = ("vera", "console viewer pw");
 const WORKFLOW: &str = "console diamond";
+const LONG_WORKFLOW: &str = "console long";
 
 #[tokio::test]
 async fn the_console_works_in_a_real_browser() {
@@ -92,6 +121,7 @@ async fn the_console_works_in_a_real_browser() {
         .unwrap();
     assert_eq!(status, StatusCode::CREATED, "{body}");
     diamond(&admin.api(), cluster.dir()).await;
+    long(&admin.api()).await;
 
     let shots = std::env::var_os("CADENZA_CONSOLE_SHOTS")
         .map_or_else(|| cluster.dir().join("shots"), PathBuf::from);
@@ -106,6 +136,7 @@ async fn the_console_works_in_a_real_browser() {
         .env("CADENZA_VIEWER_PASSWORD", VIEWER.1)
         .env("CADENZA_JOB_TYPE", "console.sh")
         .env("CADENZA_WORKFLOW", WORKFLOW)
+        .env("CADENZA_LONG_WORKFLOW", LONG_WORKFLOW)
         .env("CADENZA_SHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", &chromium)
