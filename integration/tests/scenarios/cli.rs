@@ -337,6 +337,20 @@ async fn every_command_ends_quietly_when_its_reader_goes_away() {
     api.wait_run_status(run, "succeeded", Duration::from_secs(60))
         .await
         .unwrap();
+    let definition = serde_json::json!({"name": "piped", "schedule": {"kind": "none"},
+        "nodes": [{"key": "a", "job_id": job}, {"key": "b", "job_id": job, "parents": ["a"]}]});
+    let (status, workflow) = api.post_json("/api/workflows", &definition).await.unwrap();
+    assert_eq!(status, 201, "{workflow}");
+    let workflow = workflow["id"].to_string();
+    let (status, workflow_run) = api
+        .post_empty(&format!("/api/workflows/{workflow}/trigger"))
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{workflow_run}");
+    let workflow_run = workflow_run["id"].to_string();
+    let definition_file = cluster.dir().join("piped-workflow.json");
+    std::fs::write(&definition_file, definition.to_string()).unwrap();
+    let definition_file = definition_file.to_str().unwrap().to_owned();
     let (job, run) = (job.to_string(), run.to_string());
     let from = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
     let to = (Utc::now() + chrono::Duration::seconds(1)).to_rfc3339();
@@ -361,6 +375,14 @@ async fn every_command_ends_quietly_when_its_reader_goes_away() {
         vec!["runs", "show", &run],
         vec!["runs", "tail", &run],
         vec!["workers"],
+        vec!["workflows", "list"],
+        vec!["workflows", "show", &workflow],
+        vec!["workflows", "update", &workflow, "-f", &definition_file],
+        vec!["workflows", "disable", &workflow],
+        vec!["workflows", "enable", &workflow],
+        vec!["workflows", "trigger", &workflow],
+        vec!["workflows", "runs"],
+        vec!["workflows", "run", &workflow_run],
         vec![
             "replay",
             "--job-type",
