@@ -1,14 +1,16 @@
 // The Cadenza console: a small single-page app over the admin's HTTP API (the same API, rules and
 // audit as the CLI). Hash routes: #/dashboard, #/jobs, #/jobs/new, #/jobs/{id}, #/jobs/{id}/edit, #/runs,
-// #/runs/{id}, #/workers.
+// #/runs/{id}, #/workflows, #/workflows/{id}, #/workflow-runs/{id}, #/workers, #/replay, #/alarms,
+// #/audit, #/access.
 
 import { api, ApiError, onSignedOut, query, rememberCsrf } from "./api.js";
-import { badge, clearErrors, field, fieldError, h, localInput, notice, show, table, time } from "./ui.js";
+import { badge, clearErrors, duration, fact, field, fieldError, h, localInput, notice, scheduleText, show, table, time } from "./ui.js";
 import { dashboardPage } from "./dashboard.js";
 import { jobForm } from "./job_form.js";
 import { alarmsPage, auditPage } from "./records.js";
 import { replayPage } from "./replay.js";
 import { accessPage } from "./access.js";
+import { workflowPage, workflowRunPage, workflowsPage } from "./workflows.js";
 
 /** Who is signed in (GET /api/session), or null. */
 let me = null;
@@ -25,6 +27,15 @@ const routes = [
   [/^#\/jobs\/(\d+)\/edit$/, (id) => jobEditPage(id)],
   [/^#\/runs$/, () => runsPage()],
   [/^#\/runs\/(\d+)$/, (id) => runPage(id)],
+  [/^#\/workflows$/, () => workflowsPage(location().params, canWrite())],
+  [/^#\/workflows\/(\d+)$/, (id) => workflowPage(id, location().params, canWrite(), route)],
+  [
+    /^#\/workflow-runs\/(\d+)$/,
+    (id) =>
+      workflowRunPage(id, canWrite(), (stop) => {
+        stopPage = stop;
+      }),
+  ],
   [/^#\/workers$/, () => workersPage()],
   [/^#\/alarms$/, () => alarmsPage(location().params)],
   [/^#\/replay$/, () => replayPage(canWrite())],
@@ -45,7 +56,8 @@ async function route() {
   stopPage = () => {};
   if (!me) return;
   const { path } = location();
-  const section = path.split("/")[1];
+  // A workflow run is under Workflows.
+  const section = path.split("/")[1] === "workflow-runs" ? "workflows" : path.split("/")[1];
   for (const a of document.querySelectorAll("#nav a")) {
     if (a.dataset.section === section) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
@@ -143,30 +155,6 @@ function signInPage(message, kind = "error") {
 }
 
 // --- jobs -----------------------------------------------------------------------------------
-
-/** A schedule in a few words. */
-function scheduleText(s) {
-  switch (s.kind) {
-    case "cron":
-      return `cron ${s.expr}${s.timezone ? ` (${s.timezone})` : ""}`;
-    case "fix_rate":
-      return `every ${duration(s.every_ms)}`;
-    case "fix_delay":
-      return `${duration(s.delay_ms)} after each run`;
-    case "once":
-      return `once`;
-    default:
-      return "manual only";
-  }
-}
-
-function duration(ms) {
-  if (ms % 86_400_000 === 0) return `${ms / 86_400_000} d`;
-  if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
-  if (ms % 60_000 === 0) return `${ms / 60_000} min`;
-  if (ms % 1000 === 0) return `${ms / 1000} s`;
-  return `${ms} ms`;
-}
 
 async function jobsPage() {
   const { params } = location();
@@ -301,10 +289,6 @@ async function jobPage(id) {
     runsTable(runs.triggers),
     h("p", {}, h("a", { href: `#/runs${query({ job_id: id })}` }, "All runs of this job →")),
   );
-}
-
-function fact(label, value) {
-  return [h("dt", {}, label), h("dd", {}, value)];
 }
 
 /** "Run once": now, with other params or on a chosen worker. */
@@ -469,6 +453,9 @@ async function runPage(id) {
       fact("Worker", run.worker_id ? `${run.worker_id} (${run.worker_group})` : run.routed_worker || "—"),
       fact("Partition / offset", run.partition === null ? "—" : `${run.partition} / ${run.offset}`),
       fact("Attempt", run.attempt),
+      run.workflow_run_id
+        ? fact("Workflow run", [h("a", { href: `#/workflow-runs/${run.workflow_run_id}` }, `workflow run ${run.workflow_run_id}`), ", node ", h("code", {}, run.workflow_node)])
+        : null,
       fact("Parent", run.parent_id ? h("a", { href: `#/runs/${run.parent_id}` }, `run ${run.parent_id}`) : "none"),
       fact(
         "Followed by",

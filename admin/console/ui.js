@@ -142,3 +142,41 @@ export function clearErrors(form) {
     box.querySelector("[aria-invalid]")?.removeAttribute("aria-invalid");
   }
 }
+
+/** A schedule in a few words. */
+export function scheduleText(s) {
+  switch (s.kind) {
+    case "cron":
+      return `cron ${s.expr}${s.timezone ? ` (${s.timezone})` : ""}`;
+    case "fix_rate":
+      return `every ${duration(s.every_ms)}`;
+    case "fix_delay":
+      return `${duration(s.delay_ms)} after each run`;
+    case "once":
+      return `once`;
+    default:
+      return "manual only";
+  }
+}
+
+export function duration(ms) {
+  if (ms % 86_400_000 === 0) return `${ms / 86_400_000} d`;
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000} min`;
+  if (ms % 1000 === 0) return `${ms / 1000} s`;
+  return `${ms} ms`;
+}
+
+/** A term and its value in a `dl.facts`. */
+export function fact(label, value) {
+  return [h("dt", {}, label), h("dd", {}, value)];
+}
+
+/** How long something took, in a few words: `850 ms`, `4.2 s`, `3 min 5 s`, `2 h 10 min`. */
+export function elapsed(ms) {
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}

@@ -28,6 +28,8 @@ const FILES: &[(&str, &str, &str)] = &[
     embed!("records.js", "text/javascript; charset=utf-8"),
     embed!("replay.js", "text/javascript; charset=utf-8"),
     embed!("access.js", "text/javascript; charset=utf-8"),
+    embed!("workflows.js", "text/javascript; charset=utf-8"),
+    embed!("dag.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Only the console's own files run and are fetched; it is never framed.

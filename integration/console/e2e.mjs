@@ -3,7 +3,8 @@
 //
 // Environment: CADENZA_URL, CADENZA_ADMIN_USER / CADENZA_ADMIN_PASSWORD (an admin),
 // CADENZA_VIEWER_USER / CADENZA_VIEWER_PASSWORD (a viewer), CADENZA_JOB_TYPE (served by a shell
-// worker), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
+// worker), CADENZA_WORKFLOW (the name of a workflow a → (b, c) → d whose b fails the first time
+// only), CADENZA_LONG_WORKFLOW (one whose first node sleeps a minute), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
 // module), CHROMIUM (the browser). Exits non-zero on the first failed step, naming it.
 
 import assert from "node:assert/strict";
@@ -356,6 +357,131 @@ try {
     assert.equal(await page.getByRole("button", { name: "Cancel run" }).count(), 0);
   });
 
+  /** Boxes of a graph's nodes by key, and its edges as {from, to, start, end} points. */
+  const geometry = (page) =>
+    page.evaluate(() => {
+      const nodes = {};
+      for (const g of document.querySelectorAll("svg.dag .dag-node")) {
+        const r = g.querySelector(".box").getBoundingClientRect();
+        nodes[g.dataset.key] = { x: r.x, y: r.y, right: r.right, bottom: r.bottom };
+      }
+      const edges = [...document.querySelectorAll("svg.dag .dag-edge")].map((p) => {
+        const m = p.getScreenCTM();
+        const at = (len) => {
+          const q = p.getPointAtLength(len);
+          return { x: m.a * q.x + m.c * q.y + m.e, y: m.b * q.x + m.d * q.y + m.f };
+        };
+        return { from: p.dataset.from, to: p.dataset.to, start: at(0), end: at(p.getTotalLength()) };
+      });
+      return { nodes, edges };
+    });
+
+  let workflowUrl;
+  let workflowRunUrl;
+  await check("a workflow's graph; a failed node retried from its workflow run, every node then green", async () => {
+    const name = env("CADENZA_WORKFLOW");
+    await page.getByRole("link", { name: "Workflows" }).click();
+    await page.getByRole("heading", { name: "Workflows" }).waitFor();
+    await page.getByRole("searchbox", { name: "Name" }).fill("DIAMOND");
+    await page.getByRole("button", { name: "Search" }).click();
+    await page.waitForURL(/name=DIAMOND/);
+    await page.getByRole("link", { name }).click();
+    await page.getByRole("heading", { name: "Recent workflow runs" }).waitFor();
+    workflowUrl = page.url();
+    // The diamond is drawn in three columns, parents left of children, arrows into the children.
+    const { nodes, edges } = await geometry(page);
+    assert.deepEqual(Object.keys(nodes).sort(), ["a", "b", "c", "d"]);
+    assert.ok(nodes.a.right < nodes.b.x && nodes.b.x === nodes.c.x && nodes.b.right < nodes.d.x, JSON.stringify(nodes));
+    assert.ok(nodes.b.bottom <= nodes.c.y || nodes.c.bottom <= nodes.b.y, `b and c overlap: ${JSON.stringify(nodes)}`);
+    assert.deepEqual(edges.map((e) => `${e.from}>${e.to}`).sort(), ["a>b", "a>c", "b>d", "c>d"]);
+    for (const e of edges) {
+      const [from, to] = [nodes[e.from], nodes[e.to]];
+      assert.ok(Math.abs(e.start.x - from.right) < 2 && e.start.y > from.y && e.start.y < from.bottom, `${e.from}>${e.to} starts at ${JSON.stringify(e.start)}`);
+      assert.ok(Math.abs(e.end.x - to.x) < 2 && e.end.y > to.y && e.end.y < to.bottom, `${e.from}>${e.to} ends at ${JSON.stringify(e.end)}`);
+    }
+    await page.getByText("No workflow run yet.").waitFor();
+    await shot(page, "workflow");
+
+    await page.getByRole("button", { name: "Trigger now" }).click();
+    await page.getByRole("heading", { name: /^Workflow run \d+/ }).waitFor();
+    workflowRunUrl = page.url();
+    const id = workflowRunUrl.split("/").pop();
+    const reads = [];
+    const count = (r) => {
+      if (new URL(r.url()).pathname === `/api/workflow-runs/${id}`) reads.push(Date.now());
+    };
+    page.on("request", count);
+    // The page follows the workflow run: b fails (red), so d is skipped and the run failed.
+    const node = (key, status) => page.locator(`svg.dag .dag-node.s-${status}[data-key="${key}"]`);
+    await node("b", "failed").waitFor({ timeout: 60_000 });
+    await node("d", "skipped").waitFor({ timeout: 30_000 });
+    await page.locator("h1 .badge.s-failed").waitFor({ timeout: 30_000 });
+    assert.equal(await node("a", "succeeded").count(), 1);
+    assert.equal(await node("c", "succeeded").count(), 1);
+    const fill = (key) => page.locator(`svg.dag .dag-node[data-key="${key}"] .box`).evaluate((b) => getComputedStyle(b).fill);
+    assert.equal(await fill("b"), "rgb(251, 224, 221)", "a failed node is red");
+    assert.equal(await fill("a"), "rgb(220, 242, 227)", "a succeeded node is green");
+    assert.ok(reads.length >= 1, "the page read the workflow run again while it ran");
+    // The node's details: its run, linked to the run page, and the actions.
+    await page.getByRole("button", { name: /^b: failed/ }).click();
+    await page.getByRole("heading", { name: /^Node b failed/ }).waitFor();
+    const runLink = page.locator(".node-details").getByRole("link", { name: /^run \d+$/ });
+    assert.match(await runLink.getAttribute("href"), /^#\/runs\/\d+$/);
+    await page.getByRole("button", { name: "Mark succeeded" }).waitFor();
+    await shot(page, "workflow-run");
+    // A viewer sees the same, without the buttons.
+    const viewer = await newPage();
+    await signIn(viewer, env("CADENZA_VIEWER_USER"), env("CADENZA_VIEWER_PASSWORD"));
+    await viewer.getByRole("link", { name: "Workflows" }).click();
+    await viewer.getByRole("link", { name }).waitFor();
+    assert.equal(await viewer.getByRole("button", { name: "Trigger now" }).count(), 0, "Trigger now");
+    await viewer.goto(workflowRunUrl);
+    await viewer.getByRole("button", { name: /^b: failed/ }).click();
+    await viewer.getByRole("heading", { name: /^Node b failed/ }).waitFor();
+    for (const label of ["Retry", "Mark succeeded"]) {
+      assert.equal(await viewer.getByRole("button", { name: label, exact: true }).count(), 0, label);
+    }
+    await viewer.close();
+    await page.getByRole("button", { name: "Retry" }).click();
+    // b runs again and succeeds; d runs; the workflow run ends succeeded, every node green.
+    await page.locator("h1 .badge.s-succeeded").waitFor({ timeout: 60_000 });
+    assert.equal(await page.locator("svg.dag .dag-node.s-succeeded").count(), 4);
+    assert.match(await page.locator('svg.dag .dag-node[data-key="b"]').textContent(), /try 2/);
+    assert.equal(await fill("d"), "rgb(220, 242, 227)");
+    assert.equal(await page.getByRole("button", { name: "Retry" }).count(), 0);
+    // Once it ended, the page stops reading it.
+    const ended = reads.length;
+    await page.waitForTimeout(3000);
+    page.off("request", count);
+    assert.equal(reads.length, ended, "the page read the workflow run after it ended");
+    await shot(page, "workflow-run-retried");
+    // Its run is one of the workflow's recent runs, succeeded.
+    await page.locator("dl.facts").getByRole("link", { name }).click();
+    await page.getByRole("heading", { name: "Recent workflow runs" }).waitFor();
+    const row = page.locator("tbody tr").filter({ has: page.getByRole("link", { name: id, exact: true }) });
+    await row.locator(".badge.s-succeeded").waitFor();
+  });
+
+  await check("a workflow triggered from the list runs, and is cancelled from its page", async () => {
+    await page.getByRole("link", { name: "Workflows" }).click();
+    await page.getByRole("heading", { name: "Workflows" }).waitFor();
+    const row = page.locator("tbody tr").filter({ has: page.getByRole("link", { name: env("CADENZA_LONG_WORKFLOW") }) });
+    await row.getByRole("button", { name: "Trigger now" }).click();
+    await page.getByRole("heading", { name: /^Workflow run \d+/ }).waitFor();
+    await page.locator('svg.dag .dag-node.s-running[data-key="sleep"]').waitFor({ timeout: 30_000 });
+    assert.equal(await page.locator('svg.dag .dag-node.s-waiting[data-key="after"]').count(), 1);
+    page.once("dialog", (d) => d.accept());
+    await page.getByRole("button", { name: "Cancel workflow run" }).click();
+    await page.locator("h1 .badge.s-cancelled").waitFor();
+    await page.locator('svg.dag .dag-node.s-cancelled[data-key="sleep"]').waitFor();
+    await page.locator('svg.dag .dag-node.s-skipped[data-key="after"]').waitFor();
+    assert.equal(await page.getByRole("button", { name: "Cancel workflow run" }).count(), 0);
+    // A cancelled workflow run stays so: its cancelled node offers no retry.
+    await page.getByRole("button", { name: /^sleep: cancelled/ }).click();
+    await page.getByRole("heading", { name: /^Node sleep cancelled/ }).waitFor();
+    assert.equal(await page.getByRole("button", { name: "Retry" }).count(), 0);
+  });
+
   await check("no layout break at 390 px or 1280 px on any page", async () => {
     for (const [w, h] of [[390, 844], [1280, 800]]) {
       const p = await newPage(w, h);
@@ -372,6 +498,9 @@ try {
         ["#/alarms", "Alarms"],
         ["#/audit", "Audit"],
         ["#/access", "Users and tokens"],
+        ["#/workflows", "Workflows"],
+        [workflowUrl.slice(workflowUrl.indexOf("#")), "Recent workflow runs"],
+        [workflowRunUrl.slice(workflowRunUrl.indexOf("#")), "Graph"],
       ];
       for (const [hash, heading] of pages) {
         await p.goto(`${base}/${hash}`);

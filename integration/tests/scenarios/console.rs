@@ -1,7 +1,8 @@
 //! The web console in headless Chromium (`integration/console/e2e.mjs`, driven by Playwright)
 //! against a real admin, PostgreSQL, broker and a shell worker: sign in, a cron job's preview in
 //! its time zone, the API's message at the wrong field, runs appearing, a run's log growing,
-//! filters, workers, a viewer without write buttons, a 390 px screen.
+//! filters, workers, a workflow's graph and a workflow run whose failed node is retried from its
+//! page, a running workflow run cancelled, a viewer without write buttons, a 390 px screen.
 //!
 //! Screenshots go to the test's directory, or to `CADENZA_CONSOLE_SHOTS` (the README's are
 //! `docs/console/`: `CADENZA_CONSOLE_SHOTS=$PWD/docs/console cargo nextest run -p
@@ -12,11 +13,76 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cadenza_integration::{cadenza_home, Cluster, StatusCode};
+use cadenza_integration::{cadenza_home, ApiClient, Cluster, StatusCode};
 use serde_json::json;
+
+/// The diamond a → (b, c) → d, where b (a shell job) fails the first time and succeeds the next
+/// (a flag file in `dir`); its id.
+async fn diamond(api: &ApiClient, dir: &std::path::Path) -> i64 {
+    let flag = dir.join("diamond-b-ran-once");
+    let script = format!(
+        "test -f '{0}' && exit 0; touch '{0}'; echo first try fails; exit 3",
+        flag.display()
+    );
+    let mut jobs = Vec::new();
+    for (name, job_type, params) in [
+        ("diamond a", "console.noop", ""),
+        ("diamond b", "console.wf", script.as_str()),
+        ("diamond c", "console.noop", ""),
+        ("diamond d", "console.noop", ""),
+    ] {
+        let body = json!({"name": name, "job_type": job_type, "params": params,
+            "schedule": {"kind": "none"}});
+        jobs.push(api.create_job(&body).await.unwrap());
+    }
+    let (status, body) = api
+        .post_json(
+            "/api/workflows",
+            &json!({"name": WORKFLOW, "schedule": {"kind": "none"}, "nodes": [
+                {"key": "a", "job_id": jobs[0]},
+                {"key": "b", "job_id": jobs[1], "parents": ["a"]},
+                {"key": "c", "job_id": jobs[2], "parents": ["a"]},
+                {"key": "d", "job_id": jobs[3], "parents": ["b", "c"]},
+            ]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["id"].as_i64().unwrap()
+}
+
+/// A workflow whose first node sleeps a minute, then another; its id.
+async fn long(api: &ApiClient) -> i64 {
+    let sleep = api
+        .create_job(
+            &json!({"name": "long sleep", "job_type": "console.wf", "params": "sleep 60",
+            "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let after = api
+        .create_job(&json!({"name": "long after", "job_type": "console.noop",
+            "schedule": {"kind": "none"}}))
+        .await
+        .unwrap();
+    let (status, body) = api
+        .post_json(
+            "/api/workflows",
+            &json!({"name": LONG_WORKFLOW, "schedule": {"kind": "none"}, "nodes": [
+                {"key": "sleep", "job_id": sleep},
+                {"key": "after", "job_id": after, "parents": ["sleep"]},
+            ]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["id"].as_i64().unwrap()
+}
 
 const ADMIN: (&str, &str) = ("ada", "console admin pw");
 const VIEWER: (&str, &str) = ("vera", "console viewer pw");
+const WORKFLOW: &str = "console diamond";
+const LONG_WORKFLOW: &str = "console long";
 
 #[tokio::test]
 async fn the_console_works_in_a_real_browser() {
@@ -37,7 +103,11 @@ async fn the_console_works_in_a_real_browser() {
         .await
         .unwrap();
     let _worker = cluster
-        .spawn_worker("console.sh=shell", "console", &[])
+        .spawn_worker(
+            "console.sh=shell,console.wf=shell,console.noop=noop",
+            "console",
+            &[],
+        )
         .await
         .unwrap();
     let (status, body) = admin
@@ -50,6 +120,8 @@ async fn the_console_works_in_a_real_browser() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    diamond(&admin.api(), cluster.dir()).await;
+    long(&admin.api()).await;
 
     let shots = std::env::var_os("CADENZA_CONSOLE_SHOTS")
         .map_or_else(|| cluster.dir().join("shots"), PathBuf::from);
@@ -63,13 +135,15 @@ async fn the_console_works_in_a_real_browser() {
         .env("CADENZA_VIEWER_USER", VIEWER.0)
         .env("CADENZA_VIEWER_PASSWORD", VIEWER.1)
         .env("CADENZA_JOB_TYPE", "console.sh")
+        .env("CADENZA_WORKFLOW", WORKFLOW)
+        .env("CADENZA_LONG_WORKFLOW", LONG_WORKFLOW)
         .env("CADENZA_SHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", &chromium)
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(150), cmd.output())
+    let out = tokio::time::timeout(Duration::from_secs(210), cmd.output())
         .await
-        .expect("the browser test ran over 150 s")
+        .expect("the browser test ran over 210 s")
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

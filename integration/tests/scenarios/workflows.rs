@@ -497,7 +497,7 @@ async fn admins_killed_while_nodes_end_start_every_node_once() {
         ("CADENZA_LEASE_RENEW_MS", "500"),
         ("CADENZA_LEASE_MARGIN_MS", "1000"),
     ];
-    let mut admins = vec![
+    let mut admins = [
         cluster.spawn_admin(&env).await.unwrap(),
         cluster.spawn_admin(&env).await.unwrap(),
     ];
