@@ -259,6 +259,15 @@ pub async fn cancel(
 /// Cancels run `id` for `p` as `POST /api/triggers/{id}/cancel` does (also used when a workflow
 /// run is cancelled): `200` when it was cancelled before publication, `202` when a cancel record
 /// was sent to its worker; `409 not_cancellable` when it ended or is being published.
+/// Why a run being published cannot be cancelled yet (see [`is_being_published`]).
+const BEING_PUBLISHED: &str = "it is being published right now; try again in a moment";
+
+/// Whether [`cancel_run`] refused because the run was being published (it can be cancelled a
+/// moment later, once the broker acknowledged it).
+pub(super) fn is_being_published(e: &ApiError) -> bool {
+    e.code == super::ErrorCode::NotCancellable && e.message.ends_with(BEING_PUBLISHED)
+}
+
 pub(super) async fn cancel_run(
     state: &AppState,
     p: &Principal,
@@ -339,11 +348,7 @@ pub(super) async fn cancel_run(
                 .await?;
             StatusCode::ACCEPTED
         }
-        Ok(RunStatus::Publishing) => {
-            return Err(refuse(
-                "it is being published right now; try again in a moment".to_owned(),
-            ))
-        }
+        Ok(RunStatus::Publishing) => return Err(refuse(BEING_PUBLISHED.to_owned())),
         _ => return Err(refuse(format!("it already ended ({status})"))),
     };
     audit::done(

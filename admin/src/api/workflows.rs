@@ -559,7 +559,19 @@ pub async fn cancel_run(
     tx.commit().await?;
     tracing::info!(workflow_run_id = id, %by, node_runs = ?runs, "workflow run cancelled");
     for run_id in runs {
-        match super::triggers::cancel_run(&state, &p, run_id).await {
+        // A run being handed to the broker can be cancelled once it is acknowledged: a moment.
+        let mut tries = 0;
+        let cancelled = loop {
+            let answer = super::triggers::cancel_run(&state, &p, run_id).await;
+            match answer {
+                Err(e) if super::triggers::is_being_published(&e) && tries < 25 => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                other => break other,
+            }
+        };
+        match cancelled {
             Ok((answer, _)) => {
                 tracing::info!(workflow_run_id = id, trigger_id = run_id, status = %answer, "node run cancelled")
             }
