@@ -33,6 +33,8 @@ pub enum ErrorCode {
     UserExists,
     /// 409: a workflow of that name exists already.
     WorkflowExists,
+    /// 409: the job is a node of a workflow; remove it from the workflow first.
+    JobInUse,
     /// 409: the action does not apply in the current state (a workflow run that is not running
     /// cannot be cancelled; only a failed or cancelled node can be retried or marked
     /// succeeded); the message says why.
@@ -77,6 +79,7 @@ impl ErrorCode {
             ErrorCode::MethodNotAllowed => "method_not_allowed",
             ErrorCode::UserExists => "user_exists",
             ErrorCode::WorkflowExists => "workflow_exists",
+            ErrorCode::JobInUse => "job_in_use",
             ErrorCode::Conflict => "conflict",
             ErrorCode::NotCancellable => "not_cancellable",
             ErrorCode::PayloadTooLarge => "payload_too_large",

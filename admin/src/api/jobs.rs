@@ -427,6 +427,7 @@ pub async fn disable(
     responses(
         (status = 204, description = "Deleted."),
         (status = 404, description = "No such job (`not_found`).", body = ErrorBody),
+        (status = 409, description = "The job is a node of a workflow (`job_in_use`).", body = ErrorBody),
     ))]
 pub async fn delete(
     state: Shared,
@@ -441,6 +442,24 @@ pub async fn delete(
         .await?;
     let current = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
     p.require(Access::Write, current.spec.job_type.as_str())?;
+    let users: Vec<(i64, String)> = sqlx::query_as(sql!("jobs/used_by_workflows"))
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+    if !users.is_empty() {
+        let names: Vec<String> = users
+            .iter()
+            .map(|(w, name)| format!("{w} ({name:?})"))
+            .collect();
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            super::ErrorCode::JobInUse,
+            format!(
+                "job {id} is a node of workflow {}; remove it from the workflow (PUT /api/workflows/{{id}}) or delete the workflow first",
+                names.join(", ")
+            ),
+        ));
+    }
     let deleted: i64 = sqlx::query_scalar(sql!("jobs/delete"))
         .bind(id)
         .fetch_one(&mut *tx)

@@ -573,8 +573,17 @@ async fn workflow_runs_start_their_first_nodes_and_take_the_operators_actions() 
         .unwrap();
     assert_eq!(status, StatusCode::CREATED, "{chain}");
     assert_eq!(chain["next_fire_at"], Value::Null);
-    let (status, _) = api.delete(&format!("/api/jobs/{gone}")).await.unwrap();
-    assert_eq!(status, StatusCode::NO_CONTENT);
+    // A node's job cannot be deleted through the API while a workflow uses it ...
+    let (status, refused) = api.delete(&format!("/api/jobs/{gone}")).await.unwrap();
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["code"], "job_in_use", "{refused}");
+    // ... but one gone all the same (deleted in the database) fails its node, not the admin.
+    let pool = cluster.pool().await.unwrap();
+    sqlx::query("DELETE FROM jobs WHERE id = $1")
+        .bind(gone)
+        .execute(&pool)
+        .await
+        .unwrap();
     let (status, failed) = api
         .post_empty(&format!("/api/workflows/{}/trigger", chain["id"]))
         .await

@@ -178,6 +178,19 @@ async fn a_diamond_runs_its_join_once_after_both_branches() {
         rd["started_at"]
     );
     assert!(done["finished_at"].is_string(), "{done}");
+    // A job that is a node cannot be deleted while the workflow uses it.
+    let (status, body) = api.delete(&format!("/api/jobs/{b}")).await.unwrap();
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "job_in_use", "{body}");
+    assert!(text_of(&body).contains("\"diamond\""), "{body}");
+    let (status, _) = api.delete(&format!("/api/workflows/{wf}")).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, body) = api.delete(&format!("/api/jobs/{b}")).await.unwrap();
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
+fn text_of(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap_or_default()
 }
 
 #[tokio::test]
