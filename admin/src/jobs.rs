@@ -160,18 +160,35 @@ impl From<ScheduleError> for FieldError {
     }
 }
 
+/// A job's or workflow's `name`: not blank, at most 200 characters.
+pub fn check_name(name: &str) -> Result<(), FieldError> {
+    if name.trim().is_empty() {
+        return Err(FieldError::new("name", "must not be empty"));
+    }
+    if name.chars().count() > MAX_NAME_LEN {
+        return Err(FieldError::new(
+            "name",
+            format!("is longer than {MAX_NAME_LEN} characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// A job's or workflow's `misfire_threshold_ms`: 0 to 366 days.
+pub fn check_misfire_threshold(ms: i64) -> Result<(), FieldError> {
+    if !(0..=MAX_DURATION_MS).contains(&ms) {
+        return Err(FieldError::new(
+            "misfire_threshold_ms",
+            format!("must be between 0 and {MAX_DURATION_MS} ms (366 days); got {ms}"),
+        ));
+    }
+    Ok(())
+}
+
 impl JobSpec {
     /// Checks every field that the types alone do not; returns the parsed schedule.
     pub fn validate(&self, now: DateTime<Utc>) -> Result<JobSchedule, FieldError> {
-        if self.name.trim().is_empty() {
-            return Err(FieldError::new("name", "must not be empty"));
-        }
-        if self.name.chars().count() > MAX_NAME_LEN {
-            return Err(FieldError::new(
-                "name",
-                format!("is longer than {MAX_NAME_LEN} characters"),
-            ));
-        }
+        check_name(&self.name)?;
         if self.params.len() > MAX_PARAMS_LEN {
             return Err(FieldError::new(
                 "params",
@@ -187,15 +204,7 @@ impl JobSpec {
                 ),
             ));
         }
-        if !(0..=MAX_DURATION_MS).contains(&self.misfire_threshold_ms) {
-            return Err(FieldError::new(
-                "misfire_threshold_ms",
-                format!(
-                    "must be between 0 and {MAX_DURATION_MS} ms (366 days); got {}",
-                    self.misfire_threshold_ms
-                ),
-            ));
-        }
+        check_misfire_threshold(self.misfire_threshold_ms)?;
         if !(0..=MAX_RETRIES).contains(&self.retries) {
             return Err(FieldError::new(
                 "retries",

@@ -7,14 +7,13 @@ use cadenza_schemas::{JobId, MisfireStrategy, Schedule};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::jobs::{FieldError, DEFAULT_MISFIRE_THRESHOLD_MS, MAX_DURATION_MS};
+use crate::jobs::{check_misfire_threshold, check_name, FieldError, DEFAULT_MISFIRE_THRESHOLD_MS};
 use crate::schedule::JobSchedule;
 
 /// Most nodes in one workflow.
 pub const MAX_NODES: usize = 1_000;
 /// Longest node key.
 pub const MAX_KEY_LEN: usize = 64;
-const MAX_NAME_LEN: usize = 200;
 const MAX_PARAMS_LEN: usize = 256 * 1024;
 
 /// When a node starts.
@@ -100,24 +99,8 @@ impl WorkflowSpec {
     /// Checks every field that the types alone do not (but whether its jobs exist); returns the
     /// parsed schedule. An error names the node (`nodes[i]` with its key).
     pub fn validate(&self, now: DateTime<Utc>) -> Result<JobSchedule, FieldError> {
-        if self.name.trim().is_empty() {
-            return Err(FieldError::new("name", "must not be empty"));
-        }
-        if self.name.chars().count() > MAX_NAME_LEN {
-            return Err(FieldError::new(
-                "name",
-                format!("is longer than {MAX_NAME_LEN} characters"),
-            ));
-        }
-        if !(0..=MAX_DURATION_MS).contains(&self.misfire_threshold_ms) {
-            return Err(FieldError::new(
-                "misfire_threshold_ms",
-                format!(
-                    "must be between 0 and {MAX_DURATION_MS} ms (366 days); got {}",
-                    self.misfire_threshold_ms
-                ),
-            ));
-        }
+        check_name(&self.name)?;
+        check_misfire_threshold(self.misfire_threshold_ms)?;
         if matches!(self.schedule, Schedule::FixDelay { .. }) {
             return Err(FieldError::new(
                 "schedule.kind",

@@ -9,10 +9,14 @@
 //!
 //! Starts a private PostgreSQL and broker, one release `cadenza-admin` and `--workers` release
 //! `cadenza-worker`s serving `noop`, creates `--workflows` workflows, each a chain of `--length`
-//! nodes with a fan-out and join in the middle (a → b → {c1, c2} → d → …), triggers each
+//! nodes (a job each) with a fan-out and join in the middle (a → b → {c1, c2} → d → …), triggers each
 //! `--runs` times (all at once per round), waits for every workflow run to succeed, and prints
 //! the handoff of every edge: the child's `started_at` (when its handler began) minus the
-//! parent's `finished_at` (when its handler returned), p50 / p99 / max, and node runs per second.
+//! parent's `finished_at` (when its handler returned), p50 / p99 / max, and node runs per second;
+//! then the handoff in three parts: until the child's run is written (the parent's `finished`
+//! event on the results topic, ingested), until its delivery to the trigger topic is recorded,
+//! and until its handler starts. The parts mix the workers' and the database's clocks (one
+//! machine here).
 
 use std::time::{Duration, Instant};
 
@@ -62,18 +66,21 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-/// A chain of `length` nodes over `job`, with one fan-out and join in the middle.
-fn chain(name: &str, job: i64, length: usize) -> Value {
+/// A chain of `length` nodes, node `n` running `jobs[n]`, with one fan-out and join in the
+/// middle.
+fn chain(name: &str, jobs: &[i64], length: usize) -> Value {
     let mut nodes = Vec::new();
     let mut prev: Vec<String> = Vec::new();
     let mut i = 0;
     while nodes.len() < length {
         if i == length / 2 && nodes.len() + 3 <= length {
             for side in ["l", "r"] {
+                let job = jobs[nodes.len()];
                 nodes.push(json!({"key": format!("n{i}{side}"), "job_id": job, "parents": prev}));
             }
             prev = vec![format!("n{i}l"), format!("n{i}r")];
         } else {
+            let job = jobs[nodes.len()];
             nodes.push(json!({"key": format!("n{i}"), "job_id": job, "parents": prev}));
             prev = vec![format!("n{i}")];
         }
@@ -119,17 +126,20 @@ async fn main() -> Result<()> {
         );
     }
     let api = admin.api();
-    let job = api
-        .create_job(
-            &json!({"name": "node", "job_type": "bench.noop", "schedule": {"kind": "none"}}),
-        )
-        .await?;
     let mut workflows = Vec::new();
     for w in 0..args.workflows {
+        // A job per node: the runs of one job wait for each other on a worker (serial
+        // execution), which would measure that queue rather than the handoff.
+        let mut jobs = Vec::new();
+        for n in 0..args.length {
+            let body = json!({"name": format!("w{w} n{n}"), "job_type": "bench.noop",
+                "schedule": {"kind": "none"}});
+            jobs.push(api.create_job(&body).await?);
+        }
         let v = post(
             &api,
             "/api/workflows",
-            &chain(&format!("chain {w}"), job, args.length),
+            &chain(&format!("chain {w}"), &jobs, args.length),
         )
         .await?;
         workflows.push(v["id"].as_i64().context("workflow id")?);
@@ -189,8 +199,11 @@ async fn main() -> Result<()> {
     )
     .await?;
     let elapsed = started.elapsed();
-    let handoffs: Vec<f64> = sqlx::query_scalar(
-        "SELECT (EXTRACT(EPOCH FROM (c.started_at - p.finished_at)) * 1000)::float8
+    let edges: Vec<(f64, f64, f64, f64)> = sqlx::query_as(
+        "SELECT (EXTRACT(EPOCH FROM (c.started_at - p.finished_at)) * 1000)::float8,
+                (EXTRACT(EPOCH FROM (c.created_at - p.finished_at)) * 1000)::float8,
+                (EXTRACT(EPOCH FROM (c.published_at - c.created_at)) * 1000)::float8,
+                (EXTRACT(EPOCH FROM (c.started_at - c.published_at)) * 1000)::float8
          FROM workflow_runs wr
          CROSS JOIN LATERAL jsonb_array_elements(wr.nodes) AS n (def)
          CROSS JOIN LATERAL jsonb_array_elements_text(n.def -> 'parents') AS par (key)
@@ -217,9 +230,32 @@ async fn main() -> Result<()> {
         elapsed.as_secs_f64(),
         nodes as f64 / elapsed.as_secs_f64()
     );
+    let column = |i: usize| -> Vec<f64> {
+        edges
+            .iter()
+            .map(|e| match i {
+                0 => e.0,
+                1 => e.1,
+                2 => e.2,
+                _ => e.3,
+            })
+            .collect()
+    };
     println!(
         "handoff (child started - parent finished): {}",
-        spread(handoffs)
+        spread(column(0))
+    );
+    println!(
+        "  parent finished -> child written (result event, ingest): {}",
+        spread(column(1))
+    );
+    println!(
+        "  child written -> its delivery recorded (publisher): {}",
+        spread(column(2))
+    );
+    println!(
+        "  delivery recorded -> child started (worker): {}",
+        spread(column(3))
     );
     let (status, _) = api.get_json("/api/workflows").await?;
     if status != StatusCode::OK {
