@@ -19,9 +19,9 @@ pub mod xxl_export;
 
 pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
 pub use messages::{
-    CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim, ProgressRecord,
-    ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob, StartedOffset,
-    TriggerMessage, TriggerRecord, MAX_OUTPUT_BYTES,
+    json_has_nul, CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim,
+    ProgressRecord, ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob,
+    StartedOffset, TriggerMessage, TriggerRecord, MAX_OUTPUT_BYTES,
 };
 pub use schedule::Schedule;
 pub use strategy::{

@@ -80,6 +80,17 @@ fn one() -> u32 {
 /// follow, and a truncated one would mislead them.
 pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
 
+/// Whether a JSON value holds a NUL character (U+0000) in a string or a key: PostgreSQL cannot
+/// store it in `jsonb`, so such an output is refused.
+pub fn json_has_nul(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(a) => a.iter().any(json_has_nul),
+        serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || json_has_nul(v)),
+        _ => false,
+    }
+}
+
 /// Fence record written by an admin that took over a shard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FenceMessage {
@@ -351,6 +362,15 @@ mod tests {
         let s = serde_json::to_string(&ev).unwrap();
         assert!(s.starts_with(r#"{"event":"finished""#));
         assert_eq!(serde_json::from_str::<ResultEvent>(&s).unwrap(), ev);
+    }
+
+    #[test]
+    fn a_nul_anywhere_in_an_output_is_found() {
+        assert!(!json_has_nul(
+            &serde_json::json!({"a": ["b", 1, null], "c": {"d": "e"}})
+        ));
+        assert!(json_has_nul(&serde_json::json!({"a": ["b\0"]})));
+        assert!(json_has_nul(&serde_json::json!({"k\0": 1})));
     }
 
     #[test]

@@ -166,6 +166,13 @@ impl Verdict {
     fn succeeded(message: Option<String>, output: Option<serde_json::Value>) -> Self {
         let output = output.filter(|o| !o.is_null());
         if let Some(o) = &output {
+            if cadenza_schemas::json_has_nul(o) {
+                return Verdict::new(
+                    RunStatus::Failed,
+                    "the handler's output holds a NUL character (\\u0000), which cannot be stored; \
+                     leave it out or encode the data (e.g. base64)",
+                );
+            }
             match serialized_len(o) {
                 Ok(bytes) if bytes > MAX_OUTPUT_BYTES => {
                     return Verdict::new(

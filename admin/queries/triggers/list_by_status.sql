@@ -5,7 +5,7 @@ SELECT id, job_id, job_type, kind, status, fire_time, params, attempt, shard_ind
        route, requested_worker, routed_worker, route_note, partition, "offset", published_at, worker_id,
        worker_group, started_at, finished_at, message, NULL::text AS log, parent_id, retry_no,
        retry_requested, workflow_run_id, workflow_node, NULL::jsonb AS output,
-       NULL::jsonb AS upstream, created_at
+       created_at
 FROM triggers
 WHERE ($1::bigint IS NULL OR job_id = $1)
   AND status = $2

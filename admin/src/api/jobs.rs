@@ -447,15 +447,12 @@ pub async fn delete(
         .fetch_all(&mut *tx)
         .await?;
     if !users.is_empty() {
-        let names: Vec<String> = users
-            .iter()
-            .map(|(w, name)| format!("{w} ({name:?})"))
-            .collect();
+        let names: Vec<&str> = users.iter().map(|(_, what)| what.as_str()).collect();
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             super::ErrorCode::JobInUse,
             format!(
-                "job {id} is a node of workflow {}; remove it from the workflow (PUT /api/workflows/{{id}}) or delete the workflow first",
+                "job {id} is a node of {}; remove it from the workflow (PUT /api/workflows/{{id}}) or delete the workflow, and let its running workflow runs end, first",
                 names.join(", ")
             ),
         ));

@@ -488,14 +488,22 @@ pub(crate) fn parse_bool(field: &str, s: Option<&String>) -> ApiResult<Option<bo
 
 /// Parses an optional `limit` query parameter (1..=1000, default 100).
 pub(crate) fn parse_limit(s: Option<&String>) -> ApiResult<i64> {
+    parse_limit_upto(s, 1000)
+}
+
+/// `limit`: 1 to `max`, default 100 (or `max` if lower).
+pub(crate) fn parse_limit_upto(s: Option<&String>, max: i64) -> ApiResult<i64> {
     match s {
-        None => Ok(100),
+        None => Ok(max.min(100)),
         Some(s) => s
             .parse::<i64>()
             .ok()
-            .filter(|v| (1..=1000).contains(v))
+            .filter(|v| (1..=max).contains(v))
             .ok_or_else(|| {
-                ApiError::invalid("limit", format!("{s:?} is not a number between 1 and 1000"))
+                ApiError::invalid(
+                    "limit",
+                    format!("{s:?} is not a number between 1 and {max}"),
+                )
             }),
     }
 }

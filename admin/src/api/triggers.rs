@@ -81,11 +81,6 @@ pub struct Run {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<serde_json::Value>, required = false)]
     pub output: Option<sqlx::types::Json<serde_json::Value>>,
-    /// For a workflow node's run: its parents' outputs by node key, as given to the handler
-    /// (one run only; not in lists).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<serde_json::Value>, required = false)]
-    pub upstream: Option<sqlx::types::Json<serde_json::Value>>,
     pub created_at: DateTime<Utc>,
 }
 

@@ -17,7 +17,7 @@ use sqlx::PgConnection;
 
 use super::doc::Id;
 use super::{
-    parse_body, parse_bool, parse_id, parse_limit, ApiError, ApiResult, AppState, ErrorBody,
+    parse_body, parse_bool, parse_id, parse_limit_upto, ApiError, ApiResult, AppState, ErrorBody,
     ErrorCode, Params, Shared,
 };
 use crate::audit::{self, Entry};
@@ -65,6 +65,8 @@ impl From<ActionError> for ApiError {
     }
 }
 
+/// Most workflows or workflow runs in one page: each comes with its nodes (up to 1,000).
+const MAX_PAGE: i64 = 100;
 /// `Ok` when `p` may `access` every job type the jobs of `nodes` have.
 async fn require(
     conn: &mut PgConnection,
@@ -140,8 +142,8 @@ pub struct WorkflowQuery {
     /// The page after this id (`next_after_id` of the previous page).
     #[param(minimum = 1)]
     after_id: Option<i64>,
-    /// Workflows per page, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
+    /// Workflows per page, 1 to 100 (default 100): each comes with its nodes.
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<i64>,
 }
 
@@ -166,7 +168,7 @@ pub async fn list(
             None => 0,
             Some(s) => parse_id("after_id", s)?,
         },
-        limit: parse_limit(q.get("limit"))?,
+        limit: parse_limit_upto(q.get("limit"), MAX_PAGE)?,
         enabled: parse_bool("enabled", q.get("enabled"))?,
         name: q.get("name").cloned(),
         visible_like: p.visible_like(),
@@ -447,8 +449,8 @@ pub struct WorkflowRunQuery {
     /// The page before this id (`next_before_id` of the previous page).
     #[param(minimum = 1)]
     before_id: Option<i64>,
-    /// Workflow runs per page, 1 to 1000 (default 100).
-    #[param(minimum = 1, maximum = 1000)]
+    /// Workflow runs per page, 1 to 100 (default 100): each comes with its nodes.
+    #[param(minimum = 1, maximum = 100)]
     limit: Option<i64>,
 }
 
@@ -490,7 +492,7 @@ pub async fn list_runs(
             None => i64::MAX,
             Some(s) => parse_id("before_id", s)?,
         },
-        limit: parse_limit(q.get("limit"))?,
+        limit: parse_limit_upto(q.get("limit"), MAX_PAGE)?,
         visible_like: p.visible_like(),
     };
     let mut conn = state.pool.acquire().await?;
@@ -544,7 +546,10 @@ pub async fn cancel_run(
     let run = load_run(&mut tx, id).await?;
     require(&mut tx, &p, Access::Write, &run.specs()).await?;
     let by = p.actor().name;
-    let runs = engine::cancel(&mut tx, id, &by).await?;
+    let engine::Cancelled {
+        to_stop: runs,
+        ended,
+    } = engine::cancel(&mut tx, id, &by).await?;
     audit::done(
         &mut tx,
         &p.actor(),
@@ -557,6 +562,7 @@ pub async fn cancel_run(
     )
     .await?;
     tx.commit().await?;
+    ended.record();
     tracing::info!(workflow_run_id = id, %by, node_runs = ?runs, "workflow run cancelled");
     for run_id in runs {
         // A run being handed to the broker can be cancelled once it is acknowledged: a moment.

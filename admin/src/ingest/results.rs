@@ -255,10 +255,18 @@ pub async fn apply(
 }
 
 /// A `finished` event's output as JSON text to store, if it has one within
-/// [`cadenza_schemas::MAX_OUTPUT_BYTES`]; a bigger one (a worker that does not bound it) is
-/// dropped.
+/// [`cadenza_schemas::MAX_OUTPUT_BYTES`]; a bigger one, or one holding a NUL character (which
+/// `jsonb` cannot store), from a worker that does not check it, is dropped.
 fn output_text(f: &RunFinished) -> Option<String> {
-    let text = f.output.as_ref()?.to_string();
+    let output = f.output.as_ref()?;
+    if cadenza_schemas::json_has_nul(output) {
+        tracing::warn!(
+            trigger_id = f.trigger_id.0,
+            "a run's output holds a NUL character; not stored"
+        );
+        return None;
+    }
+    let text = output.to_string();
     if text.len() > cadenza_schemas::MAX_OUTPUT_BYTES {
         tracing::warn!(
             trigger_id = f.trigger_id.0,

@@ -18,9 +18,10 @@ use sqlx::PgConnection;
 use super::{advance, descendants, NodeSpec, NodeStatus, WorkflowRunStatus};
 use crate::jobs::FieldError;
 
-/// Most bytes of parents' outputs given to one node run (`upstream`, serialized). Parents past
-/// it (in the order the node lists them) are given as `null`.
-pub const MAX_UPSTREAM_BYTES: usize = 256 * 1024;
+/// Most bytes of parents' outputs given to one node run (`upstream`, serialized; it fits in an
+/// environment variable of the `shell` builtin, at most 128 KiB on Linux). From the first parent
+/// whose output does not fit (in the order the node lists them), parents are given as `null`.
+pub const MAX_UPSTREAM_BYTES: usize = 96 * 1024;
 
 /// An operator's action could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +179,9 @@ async fn upstreams(
         .iter()
         .map(|n| {
             let mut map = serde_json::Map::new();
+            // `{}` and, per entry, `"key":` and a comma.
             let mut bytes = 2usize;
+            let mut full = false;
             for p in &n.parents {
                 let output = run
                     .states
@@ -187,19 +190,16 @@ async fn upstreams(
                     .and_then(|id| outputs.get(&id).cloned().flatten())
                     .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
                     .unwrap_or(serde_json::Value::Null);
-                let size = output.to_string().len() + p.len() + 4;
-                let fits = bytes + size <= MAX_UPSTREAM_BYTES;
-                if fits {
-                    bytes += size;
-                }
-                map.insert(
-                    p.clone(),
-                    if fits {
-                        output
-                    } else {
-                        serde_json::Value::Null
-                    },
-                );
+                let key = serde_json::Value::String(p.clone()).to_string().len() + 2;
+                let size = output.to_string().len();
+                full = full || bytes + key + size > MAX_UPSTREAM_BYTES;
+                let given = if full {
+                    serde_json::Value::Null
+                } else {
+                    output
+                };
+                bytes += key + given.to_string().len();
+                map.insert(p.clone(), given);
             }
             serde_json::Value::Object(map).to_string()
         })
@@ -379,6 +379,7 @@ pub async fn after_node_runs(
     runs.sort_unstable();
     runs.dedup();
     let mut started = 0;
+    let mut orphans: Vec<i64> = Vec::new();
     for mut run in lock(&mut *conn, &runs).await? {
         let mut changes = Vec::new();
         let run_id = run.id;
@@ -390,6 +391,10 @@ pub async fn after_node_runs(
                 .get(node)
                 .is_some_and(|s| s.run_id == Some(*id) && s.status == NodeStatus::Running);
             if !current || run.status != WorkflowRunStatus::Running {
+                // The job's retry of a run of a cancelled workflow run is not run either.
+                if let (Some(retry), WorkflowRunStatus::Cancelled) = (retried.get(id), run.status) {
+                    orphans.push(*retry);
+                }
                 continue;
             }
             let change = match retried.get(id) {
@@ -421,12 +426,30 @@ pub async fn after_node_runs(
         write(&mut *conn, run.id, &changes).await?;
         started += proceed(&mut *conn, &mut run, None).await?;
     }
+    if !orphans.is_empty() {
+        sqlx::query(sql!("workflow/cancel_unpublished"))
+            .bind(&orphans)
+            .bind("not run: its workflow run was cancelled")
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(started)
 }
 
-/// Cancels a running workflow run: waiting nodes are skipped, running ones cancelled. Returns
-/// the runs of the nodes that were running, for the caller to cancel once this commits.
-pub async fn cancel(conn: &mut PgConnection, id: i64, by: &str) -> Result<Vec<i64>, ActionError> {
+/// What [`cancel`] did.
+#[derive(Debug)]
+pub struct Cancelled {
+    /// Runs of nodes that were running and are already published: the caller asks their workers
+    /// to stop them once this commits.
+    pub to_stop: Vec<i64>,
+    /// Runs of nodes that were not published yet, ended `cancelled` in this transaction (the
+    /// publisher never sends them), to count once it commits.
+    pub ended: crate::outcome::Ended,
+}
+
+/// Cancels a running workflow run: waiting nodes are skipped, running ones cancelled; their runs
+/// not yet published end `cancelled` in this transaction, the others are returned to stop.
+pub async fn cancel(conn: &mut PgConnection, id: i64, by: &str) -> Result<Cancelled, ActionError> {
     let run = lock_one(&mut *conn, id).await?;
     if run.status != WorkflowRunStatus::Running {
         return Err(ActionError::Conflict(format!(
@@ -469,7 +492,19 @@ pub async fn cancel(conn: &mut PgConnection, id: i64, by: &str) -> Result<Vec<i6
         .bind(Some(format!("cancelled by {by}")))
         .execute(&mut *conn)
         .await?;
-    Ok(running)
+    let unpublished: Vec<i64> = sqlx::query_scalar(sql!("workflow/cancel_unpublished"))
+        .bind(&running)
+        .bind(format!("cancelled by {by} with its workflow run"))
+        .fetch_all(&mut *conn)
+        .await?;
+    let ended = crate::outcome::count_in_report(&mut *conn, &unpublished).await?;
+    Ok(Cancelled {
+        to_stop: running
+            .into_iter()
+            .filter(|r| !unpublished.contains(r))
+            .collect(),
+        ended,
+    })
 }
 
 /// The operator's action on one node.

@@ -140,9 +140,9 @@ fn lets_through(node: &NodeSpec, s: NodeStatus) -> bool {
 /// where every node stands (a node missing from `status` is waiting), and whether the workflow
 /// run is over. Skips cascade: a skipped node has ended for its own children.
 ///
-/// A node starts once all its parents have ended: with `after: all_succeeded` (the default) only
-/// if every parent succeeded (or failed with `allow_failure`), else it is skipped; with
-/// `after: any_end` whatever they ended as. The workflow run ends when no node is waiting or
+/// A node starts once all its parents have ended: with `after: all_succeeded` (the default) if
+/// every parent succeeded (or failed with `allow_failure`), and it is skipped as soon as one
+/// ended otherwise; with `after: any_end` whatever they ended as. The workflow run ends when no node is waiting or
 /// running: `failed` if a node failed without `allow_failure` or was cancelled (a skipped node
 /// always follows such a one), else `succeeded`.
 pub fn advance(nodes: &[NodeSpec], status: &HashMap<String, NodeStatus>) -> Step {
@@ -168,13 +168,16 @@ pub fn advance(nodes: &[NodeSpec], status: &HashMap<String, NodeStatus>) -> Step
                 Some((*spec, *now.get(p.as_str())?))
             })
             .collect();
-        if parents.iter().any(|(_, s)| !s.ended()) {
+        // An `all_succeeded` node is skipped as soon as one parent ended without letting it
+        // through; otherwise a node waits until every parent ended.
+        let blocked = node.after == After::AllSucceeded
+            && parents
+                .iter()
+                .any(|(p, s)| s.ended() && !lets_through(p, *s));
+        if !blocked && parents.iter().any(|(_, s)| !s.ended()) {
             continue;
         }
-        let runs = match node.after {
-            After::AnyEnd => true,
-            After::AllSucceeded => parents.iter().all(|(p, s)| lets_through(p, *s)),
-        };
+        let runs = !blocked;
         if runs {
             step.start.push(node.key.clone());
             now.insert(node.key.as_str(), NodeStatus::Running);
@@ -321,13 +324,21 @@ mod tests {
     fn a_failed_node_skips_its_descendants_and_fails_the_run_once_the_rest_ended() {
         let mut d = diamond();
         d.push(node("e", &["d"]));
+        // d cannot run once b failed: skipped at once, while c still runs.
         let step = advance(&d, &st(&[("a", Succeeded), ("b", Failed), ("c", Running)]));
-        assert!(step.skip.is_empty(), "d waits for c: {step:?}");
+        assert_eq!(step.skip, vec!["d", "e"]);
+        assert_eq!(step.done, None, "c still runs");
         let step = advance(
             &d,
-            &st(&[("a", Succeeded), ("b", Failed), ("c", Succeeded)]),
+            &st(&[
+                ("a", Succeeded),
+                ("b", Failed),
+                ("c", Succeeded),
+                ("d", Skipped),
+                ("e", Skipped),
+            ]),
         );
-        assert_eq!(step.skip, vec!["d", "e"]);
+        assert!(step.skip.is_empty());
         assert_eq!(step.done, Some(WorkflowRunStatus::Failed));
     }
 

@@ -12,6 +12,9 @@ use crate::schedule::JobSchedule;
 
 /// Most nodes in one workflow.
 pub const MAX_NODES: usize = 1_000;
+/// Shortest `fix_rate` interval of a workflow (each fire is a workflow run with up to 1,000
+/// nodes).
+pub const MIN_EVERY_MS: i64 = 1_000;
 /// Longest node key.
 pub const MAX_KEY_LEN: usize = 64;
 const MAX_PARAMS_LEN: usize = 256 * 1024;
@@ -88,8 +91,10 @@ fn default_enabled() -> bool {
     true
 }
 
+/// A node key: 1 to 64 letters, digits, `_`, `-`, `.`, with at least one letter or digit (so
+/// that it is a path segment of its own: `.` and `..` are not).
 fn key_ok(k: &str) -> bool {
-    !k.is_empty()
+    k.chars().any(|c| c.is_ascii_alphanumeric())
         && k.len() <= MAX_KEY_LEN
         && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
@@ -106,6 +111,16 @@ impl WorkflowSpec {
                 "schedule.kind",
                 "a workflow cannot use fix_delay; use cron, fix_rate, once or none",
             ));
+        }
+        if let Schedule::FixRate { every_ms } = self.schedule {
+            if every_ms < MIN_EVERY_MS {
+                return Err(FieldError::new(
+                    "schedule.every_ms",
+                    format!(
+                        "a workflow fires at most once every {MIN_EVERY_MS} ms; got {every_ms}"
+                    ),
+                ));
+            }
         }
         validate_nodes(&self.nodes)?;
         Ok(JobSchedule::parse(&self.schedule, now)?)
@@ -139,7 +154,7 @@ pub fn validate_nodes(nodes: &[NodeSpec]) -> Result<(), FieldError> {
             return Err(FieldError::new(
                 format!("nodes[{i}].key"),
                 format!(
-                    "{:?} is not a node key: 1 to {MAX_KEY_LEN} letters, digits, '_', '-' or '.'",
+                    "{:?} is not a node key: 1 to {MAX_KEY_LEN} letters, digits, '_', '-' or '.', with a letter or digit",
                     n.key
                 ),
             ));
@@ -314,6 +329,8 @@ mod tests {
         assert_eq!(e.field, "nodes[1].key");
         let e = err(&[node("a b", &[])]);
         assert_eq!(e.field, "nodes[0].key");
+        let e = err(&[node("..", &[])]);
+        assert_eq!(e.field, "nodes[0].key");
         assert_eq!(err(&[]).field, "nodes");
     }
 
@@ -336,6 +353,24 @@ mod tests {
         assert!(e.message.contains("\"n1000\""), "{e}");
         nodes.pop();
         validate_nodes(&nodes).unwrap();
+    }
+
+    #[test]
+    fn a_workflow_fires_at_most_once_a_second() {
+        let mut spec = WorkflowSpec {
+            name: "w".into(),
+            schedule: Schedule::FixRate { every_ms: 999 },
+            misfire: MisfireStrategy::DoNothing,
+            misfire_threshold_ms: 5000,
+            nodes: vec![node("a", &[])],
+            enabled: true,
+        };
+        assert_eq!(
+            spec.validate(Utc::now()).unwrap_err().field,
+            "schedule.every_ms"
+        );
+        spec.schedule = Schedule::FixRate { every_ms: 1000 };
+        spec.validate(Utc::now()).unwrap();
     }
 
     #[test]

@@ -21,7 +21,10 @@ use crate::scheduler::scan::plan_fires;
 use crate::scheduler::{lease, SchedulerContext, SchedulerError};
 
 /// Most workflows fired in one transaction.
-const BATCH: i64 = 200;
+const BATCH: i64 = 50;
+/// Most fires of one workflow in one transaction (after an outage, `fire_all` or `do_nothing`
+/// may have thousands to write: they follow in later rounds, in order).
+const FIRES_PER_ROUND: usize = 20;
 
 #[derive(sqlx::FromRow)]
 struct DueWorkflow {
@@ -68,7 +71,7 @@ pub async fn run_once(ctx: &SchedulerContext) -> Result<usize, SchedulerError> {
             }
         };
         let until = w.db_now + chrono::Duration::milliseconds(ctx.config.lookahead_ms as i64);
-        let plan = plan_fires(
+        let mut plan = plan_fires(
             &schedule,
             misfire,
             chrono::Duration::milliseconds(w.misfire_threshold_ms),
@@ -76,6 +79,12 @@ pub async fn run_once(ctx: &SchedulerContext) -> Result<usize, SchedulerError> {
             w.db_now,
             until,
         );
+        // At most FIRES_PER_ROUND fires of one workflow per transaction; the rest next round.
+        if plan.fires.len() > FIRES_PER_ROUND {
+            plan.next_fire_at = Some(plan.fires[FIRES_PER_ROUND].fire_time);
+            plan.enabled = true;
+            plan.fires.truncate(FIRES_PER_ROUND);
+        }
         for f in &plan.fires {
             let new = NewRun {
                 workflow_id: w.id,

@@ -213,6 +213,10 @@ pub async fn list(
 
 /// Deletes workflow `id` and its workflow runs; whether it existed.
 pub async fn delete(conn: &mut PgConnection, id: i64) -> Result<bool, StoreError> {
+    sqlx::query(sql!("workflow/lock_workflow_runs"))
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     let n: i64 = sqlx::query_scalar(sql!("workflow/delete_workflow"))
         .bind(id)
         .fetch_one(conn)

@@ -39,6 +39,8 @@ use cadenza_schemas::{ProgressRecord, ReportingOffset, StartedOffset, WorkerId};
 use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 
+/// Most bytes of handlers' outputs one partition's progress record carries (see `snapshot`).
+pub const REPORTING_OUTPUT_BUDGET: usize = 128 * 1024;
 /// A partition's record is written again at least this often even when unchanged, and once
 /// after each assignment, so that its pointer stays recent: a new owner reads the progress topic
 /// back from the pointer (see [`Progress`](super::store::Progress)), so this bounds what it reads.
@@ -211,11 +213,15 @@ impl PartitionState {
         }
     }
 
+    /// The marks from the position on. Outputs of runs being reported are kept up to
+    /// [`REPORTING_OUTPUT_BUDGET`] in all (a record stays well below the broker's message size);
+    /// a result beyond it that has to be published again goes without its output, saying so.
     fn snapshot(&self) -> Option<Snapshot> {
         let position = self.position()?;
         let mut finished = Vec::new();
         let mut started = Vec::new();
         let mut reporting = Vec::new();
+        let mut output_bytes = 0;
         for (o, m) in self.entries.range(position..) {
             match m {
                 Mark::Waiting => {}
@@ -224,7 +230,20 @@ impl PartitionState {
                     offset: *o,
                     attempt: *attempt,
                 }),
-                Mark::Reporting(r) => reporting.push((**r).clone()),
+                Mark::Reporting(r) => {
+                    let mut r = (**r).clone();
+                    if let Some(bytes) = r.output.as_ref().map(|o| o.to_string().len()) {
+                        if output_bytes + bytes > REPORTING_OUTPUT_BUDGET {
+                            r.output = None;
+                            r.message = Some(format!(
+                                "succeeded; its output ({bytes} bytes) was lost: the worker stopped while reporting it"
+                            ));
+                        } else {
+                            output_bytes += bytes;
+                        }
+                    }
+                    reporting.push(r);
+                }
             }
         }
         Some(Snapshot {
