@@ -1,5 +1,6 @@
--- Ends the run $1, not yet published, as cancelled by $2: the publisher claims only `scheduled`
--- runs, so it is never sent.
+-- Ends the runs $1 that are not yet published as cancelled, with message $2: the publisher
+-- claims only `scheduled` runs, so they are never sent. Returns the runs it ended.
 UPDATE triggers
-SET status = 'cancelled', finished_at = now(), message = 'cancelled by ' || $2, updated_at = now()
-WHERE id = $1 AND status = 'scheduled'
+SET status = 'cancelled', finished_at = now(), message = $2, updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = 'scheduled'
+RETURNING id

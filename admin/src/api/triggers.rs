@@ -291,8 +291,8 @@ pub(super) async fn cancel_run(
     let answer = match status.parse::<RunStatus>() {
         Ok(RunStatus::Scheduled) => {
             sqlx::query(sql!("triggers/cancel_unpublished"))
-                .bind(id)
-                .bind(&by)
+                .bind([id])
+                .bind(format!("cancelled by {by}"))
                 .execute(&mut *tx)
                 .await?;
             counted = crate::outcome::after_terminal(

@@ -427,7 +427,7 @@ pub async fn after_node_runs(
         started += proceed(&mut *conn, &mut run, None).await?;
     }
     if !orphans.is_empty() {
-        sqlx::query(sql!("workflow/cancel_unpublished"))
+        sqlx::query(sql!("triggers/cancel_unpublished"))
             .bind(&orphans)
             .bind("not run: its workflow run was cancelled")
             .execute(&mut *conn)
@@ -492,7 +492,7 @@ pub async fn cancel(conn: &mut PgConnection, id: i64, by: &str) -> Result<Cancel
         .bind(Some(format!("cancelled by {by}")))
         .execute(&mut *conn)
         .await?;
-    let unpublished: Vec<i64> = sqlx::query_scalar(sql!("workflow/cancel_unpublished"))
+    let unpublished: Vec<i64> = sqlx::query_scalar(sql!("triggers/cancel_unpublished"))
         .bind(&running)
         .bind(format!("cancelled by {by} with its workflow run"))
         .fetch_all(&mut *conn)

@@ -355,37 +355,35 @@ mod tests {
         validate_nodes(&nodes).unwrap();
     }
 
-    #[test]
-    fn a_workflow_fires_at_most_once_a_second() {
-        let mut spec = WorkflowSpec {
+    /// A one-node workflow on `schedule`.
+    fn spec(schedule: Schedule) -> WorkflowSpec {
+        WorkflowSpec {
             name: "w".into(),
-            schedule: Schedule::FixRate { every_ms: 999 },
+            schedule,
             misfire: MisfireStrategy::DoNothing,
             misfire_threshold_ms: 5000,
             nodes: vec![node("a", &[])],
             enabled: true,
-        };
+        }
+    }
+
+    #[test]
+    fn a_workflow_fires_at_most_once_a_second() {
+        let field = |s| spec(s).validate(Utc::now()).unwrap_err().field;
         assert_eq!(
-            spec.validate(Utc::now()).unwrap_err().field,
+            field(Schedule::FixRate { every_ms: 999 }),
             "schedule.every_ms"
         );
-        spec.schedule = Schedule::FixRate { every_ms: 1000 };
-        spec.validate(Utc::now()).unwrap();
+        spec(Schedule::FixRate { every_ms: 1000 })
+            .validate(Utc::now())
+            .unwrap();
     }
 
     #[test]
     fn fix_delay_is_refused() {
-        let spec = WorkflowSpec {
-            name: "w".into(),
-            schedule: Schedule::FixDelay { delay_ms: 1000 },
-            misfire: MisfireStrategy::DoNothing,
-            misfire_threshold_ms: 5000,
-            nodes: vec![node("a", &[])],
-            enabled: true,
-        };
-        assert_eq!(
-            spec.validate(Utc::now()).unwrap_err().field,
-            "schedule.kind"
-        );
+        let e = spec(Schedule::FixDelay { delay_ms: 1000 })
+            .validate(Utc::now())
+            .unwrap_err();
+        assert_eq!(e.field, "schedule.kind");
     }
 }

@@ -89,6 +89,9 @@ fn chain(name: &str, jobs: &[i64], length: usize) -> Value {
     json!({"name": name, "schedule": {"kind": "none"}, "nodes": nodes})
 }
 
+/// One edge's handoff and its three parts, in milliseconds (see the module doc).
+type Edge = (f64, f64, f64, f64);
+
 fn spread(mut ms: Vec<f64>) -> String {
     if ms.is_empty() {
         return "no samples".into();
@@ -199,7 +202,7 @@ async fn main() -> Result<()> {
     )
     .await?;
     let elapsed = started.elapsed();
-    let edges: Vec<(f64, f64, f64, f64)> = sqlx::query_as(
+    let edges: Vec<Edge> = sqlx::query_as(
         "SELECT (EXTRACT(EPOCH FROM (c.started_at - p.finished_at)) * 1000)::float8,
                 (EXTRACT(EPOCH FROM (c.created_at - p.finished_at)) * 1000)::float8,
                 (EXTRACT(EPOCH FROM (c.published_at - c.created_at)) * 1000)::float8,
@@ -230,33 +233,16 @@ async fn main() -> Result<()> {
         elapsed.as_secs_f64(),
         nodes as f64 / elapsed.as_secs_f64()
     );
-    let column = |i: usize| -> Vec<f64> {
-        edges
-            .iter()
-            .map(|e| match i {
-                0 => e.0,
-                1 => e.1,
-                2 => e.2,
-                _ => e.3,
-            })
-            .collect()
-    };
-    println!(
-        "handoff (child started - parent finished): {}",
-        spread(column(0))
-    );
-    println!(
-        "  parent finished -> child written (result event, ingest): {}",
-        spread(column(1))
-    );
-    println!(
-        "  child written -> its delivery recorded (publisher): {}",
-        spread(column(2))
-    );
-    println!(
-        "  delivery recorded -> child started (worker): {}",
-        spread(column(3))
-    );
+    let parts = [
+        "handoff (child started - parent finished)",
+        "  parent finished -> child written (result event, ingest)",
+        "  child written -> its delivery recorded (publisher)",
+        "  delivery recorded -> child started (worker)",
+    ];
+    for (i, what) in parts.iter().enumerate() {
+        let ms = edges.iter().map(|e| [e.0, e.1, e.2, e.3][i]).collect();
+        println!("{what}: {}", spread(ms));
+    }
     let (status, _) = api.get_json("/api/workflows").await?;
     if status != StatusCode::OK {
         bail!("the admin stopped answering: {status}");
