@@ -3,8 +3,9 @@
 //! Scan and misfire rules compare fire times with the database's `now()`; the timer must release
 //! triggers by the same clock, or an admin whose clock is behind the database's misfires its own
 //! pending triggers and one ahead fires them early. The offset between the two clocks is measured
-//! at every lease round (the round trip's midpoint against the database's `now()`), and the timer
-//! reads the local clock corrected by it.
+//! at every lease round (the database's `now()` against the moment its answer arrived, so that
+//! the estimate is never ahead of the database), and the timer reads the local clock corrected
+//! by it.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -30,10 +31,13 @@ impl DbClock {
     }
 
     /// Records a reading of the database clock `db_now`, taken by a query sent at local time
-    /// `sent` and answered at `received`: the database read its clock about halfway between.
+    /// `sent` and answered at `received`. The database read its clock somewhere in between; the
+    /// offset is taken as if it read it at `received`, the latest it can have, so that the clock
+    /// read here is never ahead of the database's: a run is never sent before its fire time by
+    /// the database's clock, at the cost of being up to the round trip late.
     pub fn observe(&self, sent: DateTime<Utc>, db_now: DateTime<Utc>, received: DateTime<Utc>) {
-        let midpoint = sent + (received - sent) / 2;
-        let offset = (db_now - midpoint).num_microseconds().unwrap_or(0);
+        debug_assert!(sent <= received);
+        let offset = (db_now - received).num_microseconds().unwrap_or(0);
         let before = self.offset_us.swap(offset, Ordering::Relaxed);
         if (offset - before).abs() > 1_000_000 {
             tracing::warn!(
@@ -56,14 +60,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_offset_is_measured_at_the_round_trips_midpoint() {
+    fn the_offset_never_puts_the_clock_ahead_of_the_database() {
         let c = DbClock::default();
         let sent = Utc::now();
         let received = sent + Duration::milliseconds(20);
-        // The database is 10 s ahead: it read 10 s + 10 ms after `sent`.
+        // The database is 10 s ahead and read its clock 10 ms after `sent`: taken as read at
+        // `received`, the clock runs 10 ms behind it, never ahead.
         c.observe(sent, sent + Duration::milliseconds(10_010), received);
-        assert_eq!(c.offset(), Duration::seconds(10));
+        assert_eq!(c.offset(), Duration::milliseconds(9_990));
         let drift = (c.now() - Utc::now() - Duration::seconds(10)).num_milliseconds();
-        assert!(drift.abs() < 50, "{drift}");
+        assert!((-60..=0).contains(&drift), "{drift}");
     }
 }

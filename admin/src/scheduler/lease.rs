@@ -191,8 +191,10 @@ impl LeaseManager {
         let cfg = &ctx.config;
         let ttl_ms = cfg.lease_ttl_ms as f64;
         let sent = Instant::now();
-        let sent_wall = Utc::now();
         let late = ctx.lateness.summary(ctx.clock.now().timestamp());
+        // The connection first: a wait for one is not part of the clock reading's round trip.
+        let mut conn = ctx.pool.acquire().await?;
+        let sent_wall = Utc::now();
         let (admins, db_now): (i64, DateTime<Utc>) = sqlx::query_as(sql!("lease/heartbeat"))
             .bind(&ctx.admin_id)
             .bind(ttl_ms)
@@ -200,9 +202,10 @@ impl LeaseManager {
             .bind(late.p50_ms)
             .bind(late.p99_ms)
             .bind(late.max_ms)
-            .fetch_one(&ctx.pool)
+            .fetch_one(&mut *conn)
             .await?;
         ctx.clock.observe(sent_wall, db_now, Utc::now());
+        drop(conn);
         let share = fair_share(ctx.shard_count, admins);
         let (shards, epochs): (Vec<ShardId>, Vec<LeaseEpoch>) = ctx
             .leases
