@@ -81,6 +81,13 @@ pub struct AdminConfig {
     #[arg(long, env = "CADENZA_TRIGGER_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(i32).range(1..=1024))]
     pub trigger_partitions: i32,
 
+    /// How long the admin's producer waits to gather trigger records into one request, in ms
+    /// (librdkafka's `linger.ms`). A record's timestamp is when it was handed over at its fire
+    /// time; this adds at most that much before a worker can fetch it, and saves the producer
+    /// and the broker a request per record at high rates.
+    #[arg(long, env = "CADENZA_PRODUCER_LINGER_MS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    pub producer_linger_ms: u64,
+
     /// Replication factor of the topics the admin creates.
     #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1)]
     pub replication_factor: i32,
@@ -124,6 +131,11 @@ pub struct SchedulerArgs {
     /// Keeps the database transaction out of the fire lateness. Capped at the lookahead.
     #[arg(long, env = "CADENZA_PUBLISH_AHEAD_MS", default_value_t = 250)]
     pub publish_ahead_ms: u64,
+    /// How long after its delivery a run that no worker started meanwhile is recorded
+    /// `published`, in ms (at most half the lease margin). A run a worker starts within that
+    /// time is written once less: its `started` event records where it was published.
+    #[arg(long, env = "CADENZA_RECORD_DELAY_MS", default_value_t = 1_000)]
+    pub record_delay_ms: u64,
     /// Pause between scans when the previous scan found less than a full batch, in ms.
     #[arg(long, env = "CADENZA_SCAN_INTERVAL_MS", default_value_t = 500)]
     pub scan_interval_ms: u64,
@@ -159,6 +171,11 @@ impl SchedulerArgs {
     /// How long before its fire time a trigger is claimed for publication: at most the lookahead.
     pub fn publish_ahead(&self) -> Duration {
         Duration::from_millis(self.publish_ahead_ms.min(self.lookahead_ms))
+    }
+    /// How long after delivery a run still `publishing` is recorded `published`: at most half
+    /// the lease margin, well before the read-back would take it (twice the margin).
+    pub fn record_delay(&self) -> Duration {
+        Duration::from_millis(self.record_delay_ms.min(self.lease_margin_ms / 2))
     }
     pub fn scan_interval(&self) -> Duration {
         Duration::from_millis(self.scan_interval_ms)

@@ -55,6 +55,8 @@ pub struct KafkaSettings {
     pub replication_factor: i32,
     /// The producer's delivery timeout (shorter than the lease margin).
     pub message_timeout_ms: u64,
+    /// The producer's `linger.ms`.
+    pub linger_ms: u64,
 }
 
 /// Producer, admin client and the partition counts of trigger topics.
@@ -80,7 +82,7 @@ fn new_producer(settings: &KafkaSettings) -> Result<FutureProducer, KafkaError> 
     base_config(&settings.brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "1")
+        .set("linger.ms", settings.linger_ms.to_string())
         .set(
             "message.timeout.ms",
             settings.message_timeout_ms.to_string(),

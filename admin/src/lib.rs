@@ -187,6 +187,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         trigger_partitions: config.trigger_partitions,
         replication_factor: config.replication_factor,
         message_timeout_ms: config.scheduler.message_timeout_ms(),
+        linger_ms: config.producer_linger_ms,
     })?);
     kafka.ensure_base_topics().await?;
 

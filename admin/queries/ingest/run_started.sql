@@ -1,11 +1,13 @@
 -- `started` events, batched (at most one per run). A run not started yet becomes `running`; a
 -- run still `running` under an earlier attempt (it was redelivered after its worker stopped)
 -- takes the new attempt's worker, start and (empty) live log. A run that already finished, or
--- that runs this attempt or a later one, is left as it is.
+-- that runs this attempt or a later one, is left as it is. A run the publisher has not recorded
+-- `published` yet (it does so a moment after delivery, for runs no worker started meanwhile)
+-- takes its partition, offset and published_at (when its delivery became known) from here.
 UPDATE triggers t
 SET status = 'running', worker_id = u.worker_id, worker_group = u.worker_group,
     partition = u.partition, "offset" = u.offset, attempt = u.attempt,
-    started_at = u.started_at,
+    started_at = u.started_at, published_at = COALESCE(t.published_at, now()),
     log = CASE WHEN t.status = 'running' THEN NULL ELSE t.log END,
     log_seq = CASE WHEN t.status = 'running' THEN 0 ELSE t.log_seq END,
     updated_at = now()

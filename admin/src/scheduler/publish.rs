@@ -13,20 +13,28 @@
 //!    and trusts that lease by its own clock; the producer's
 //!    delivery timeout is shorter than the lease margin, so nothing lands after the lease could
 //!    have passed to another admin.
-//! 4. Record ([`record`]): delivered ones are recorded `published` with partition and offset, in
-//!    one statement.
+//! 4. Record ([`record`], [`Recorder`]): once acknowledged, delivered ones wait
+//!    `CADENZA_RECORD_DELAY_MS` (1 s); those no worker started meanwhile are then recorded
+//!    `published` with partition and offset, many batches in one statement. A run a worker
+//!    started within that time is written once less: its `started` event records its partition
+//!    and offset. Recording is an optimisation of the read-back: a delivered run left
+//!    `publishing` (admin stopped or statement failed) is found on its partition by the read-back
+//!    and recorded then.
 //!
 //! Steps 1–2 run in the publisher's loop, one batch after another; steps 3–4 of a batch run in
 //! its own task, beside the next batches (up to [`MAX_BATCHES_IN_FLIGHT`] batches marked and not
-//! yet recorded), so a batch waiting for its fire times or its acknowledgements delays no other.
-use std::collections::HashSet;
+//! yet acknowledged), so a batch waiting for its fire times or its acknowledgements delays no
+//! other.
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use cadenza_schemas::{JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
 use cadenza_worker::telemetry;
 use chrono::{DateTime, Utc};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureRecord};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, Term};
@@ -39,6 +47,8 @@ use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
+/// Most runs recorded `published` by one statement.
+const MAX_RECORD: usize = 20_000;
 /// Batches marked and not yet recorded.
 pub const MAX_BATCHES_IN_FLIGHT: usize = 32;
 
@@ -115,6 +125,7 @@ impl Publisher {
     /// Publishes due triggers until `stop`; batches claimed are sent and recorded first.
     pub async fn run(self, stop: CancellationToken) {
         let ahead = self.ctx.config.publish_ahead();
+        let (recorder, recording) = Recorder::start(self.ctx.clone());
         let mut in_flight = tokio::task::JoinSet::new();
         loop {
             while in_flight.len() >= MAX_BATCHES_IN_FLIGHT {
@@ -142,10 +153,11 @@ impl Publisher {
             match guard::round("publication", round).await {
                 Ok(claimed) => {
                     let ctx = self.ctx.clone();
+                    let recorder = recorder.clone();
                     in_flight.spawn(async move {
                         let round = async {
                             let sent = produce(&ctx, claimed).await?;
-                            record(&ctx, sent).await.map_err(anyhow::Error::from)
+                            Ok::<_, anyhow::Error>(record(&ctx, sent, &recorder).await)
                         };
                         match guard::round("sending and recording a publication", round).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
@@ -165,6 +177,11 @@ impl Publisher {
             }
         }
         while in_flight.join_next().await.is_some() {}
+        // What is still waiting to be recorded is recorded now, before the shards go.
+        drop(recorder);
+        if let Err(e) = recording.await {
+            tracing::error!(error = %e, "recording publications failed");
+        }
     }
 
     /// Step 1: the partition of each trigger of a shard held right now, with the shard's term;
@@ -365,13 +382,10 @@ fn message(t: &PendingTrigger, route: &Route, now: DateTime<Utc>) -> TriggerReco
     })
 }
 
-/// Step 4: waits for the acknowledgements of a batch and records the delivered triggers
-/// `published`. Failed sends stay `publishing`: one that timed out may still have landed, so the
+/// Step 4: waits for the acknowledgements of a batch and hands the delivered triggers to the
+/// [`Recorder`]. Failed sends stay `publishing`: one that timed out may still have landed, so the
 /// sweep reads the partition back before sending again.
-pub async fn record(
-    ctx: &SchedulerContext,
-    batch: InFlight,
-) -> Result<PublishOutcome, SchedulerError> {
+async fn record(ctx: &SchedulerContext, batch: InFlight, recorder: &Recorder) -> PublishOutcome {
     let InFlight { sends, mut outcome } = batch;
     let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
     let mut lateness = Vec::with_capacity(sends.len());
@@ -403,15 +417,8 @@ pub async fn record(
             Err(_) => outcome.failed += 1,
         }
     }
-    if !ok_id.is_empty() {
-        sqlx::query(sql!("publish/mark_published"))
-            .bind(&ok_id)
-            .bind(&ok_part)
-            .bind(&ok_off)
-            .execute(&ctx.pool)
-            .await?;
-    }
     outcome.published = ok_id.len();
+    recorder.delivered(ok_id, ok_part, ok_off);
     tracing::debug!(
         published = outcome.published,
         max_lateness_ms = lateness.iter().max().copied().unwrap_or(0),
@@ -428,5 +435,115 @@ pub async fn record(
             })
             .inc();
     }
-    Ok(outcome)
+    outcome
+}
+
+/// Deliveries acknowledged by the broker, waiting to be recorded.
+struct Delivered {
+    /// When to record them.
+    due: tokio::time::Instant,
+    ids: Vec<i64>,
+    partitions: Vec<i32>,
+    offsets: Vec<i64>,
+}
+
+/// Records delivered runs `published` a moment after their delivery
+/// (`CADENZA_RECORD_DELAY_MS`), those no worker started meanwhile only. Cloned into each batch's
+/// task; once every clone is dropped, its task records what is left at once and ends.
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::UnboundedSender<Delivered>,
+    delay: Duration,
+}
+
+impl Recorder {
+    /// The recorder and its task.
+    pub fn start(ctx: Arc<SchedulerContext>) -> (Self, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let delay = ctx.config.record_delay();
+        let task = tokio::spawn(record_loop(ctx, rx));
+        (Self { tx, delay }, task)
+    }
+
+    fn delivered(&self, ids: Vec<i64>, partitions: Vec<i32>, offsets: Vec<i64>) {
+        if ids.is_empty() {
+            return;
+        }
+        let due = tokio::time::Instant::now() + self.delay;
+        // The task ends only after every sender is gone, so this cannot fail; if it did, the
+        // runs stay `publishing` and the read-back records them.
+        let _ = self.tx.send(Delivered {
+            due,
+            ids,
+            partitions,
+            offsets,
+        });
+    }
+}
+
+/// The recorder's task: waits for the earliest delivery's time, then records every delivery due
+/// by then (up to [`MAX_RECORD`] runs a statement); at the end, records all that is left.
+async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver<Delivered>) {
+    let mut waiting: VecDeque<Delivered> = VecDeque::new();
+    let mut open = true;
+    while open || !waiting.is_empty() {
+        // Once every sender is gone, what is left is due at once.
+        let next = waiting.front().map(|d| {
+            if open {
+                d.due
+            } else {
+                tokio::time::Instant::now()
+            }
+        });
+        tokio::select! {
+            received = rx.recv(), if open => match received {
+                Some(d) => waiting.push_back(d),
+                None => open = false,
+            },
+            _ = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
+                let now = tokio::time::Instant::now();
+                let mut due = Vec::new();
+                let mut runs = 0;
+                while let Some(d) = waiting.front() {
+                    if (open && d.due > now) || (runs > 0 && runs + d.ids.len() > MAX_RECORD) {
+                        break;
+                    }
+                    runs += d.ids.len();
+                    due.extend(waiting.pop_front());
+                }
+                if let Err(e) = write_published(&ctx, due).await {
+                    tracing::warn!(error = %e, "recording delivered runs failed; they stay publishing and are read back");
+                }
+            }
+        }
+    }
+}
+
+/// Records the runs of `deliveries` still `publishing` as `published`, in id order (the order
+/// the result ingest locks rows in, so the two never deadlock).
+async fn write_published(
+    ctx: &SchedulerContext,
+    deliveries: Vec<Delivered>,
+) -> Result<(), sqlx::Error> {
+    let mut rows: Vec<(i64, i32, i64)> = deliveries
+        .into_iter()
+        .flat_map(|d| {
+            d.ids
+                .into_iter()
+                .zip(d.partitions)
+                .zip(d.offsets)
+                .map(|((id, p), o)| (id, p, o))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
+    rows.sort_unstable_by_key(|r| r.0);
+    sqlx::query(sql!("publish/mark_published"))
+        .bind(rows.iter().map(|r| r.0).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.1).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.2).collect::<Vec<_>>())
+        .execute(&ctx.pool)
+        .await?;
+    Ok(())
 }

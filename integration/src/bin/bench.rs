@@ -389,6 +389,62 @@ async fn in_flight(
     .await?)
 }
 
+/// Up to ten runs of the window still unfinished after the drain, each with the events about it
+/// on the results topic and the DLQ (read while the processes still run: the test broker keeps
+/// its records in memory only).
+async fn unfinished_runs(
+    pool: &PgPool,
+    cluster: &Cluster,
+    t0: DateTime<Utc>,
+    t1: DateTime<Utc>,
+) -> Result<Vec<String>> {
+    let rows: Vec<(i64, String, i32, Option<String>, Option<i32>, Option<i64>)> = sqlx::query_as(
+        "SELECT id, status, attempt, worker_id, partition, \"offset\" FROM triggers
+         WHERE fire_time BETWEEN $1 AND $2
+           AND status IN ('scheduled', 'publishing', 'published', 'running')
+         ORDER BY id LIMIT 10",
+    )
+    .bind(t0)
+    .bind(t1)
+    .fetch_all(pool)
+    .await?;
+    let topics = cluster.topics();
+    let mut events: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for topic in [topics.results(), topics.dlq()] {
+        let records =
+            read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(120)).await?;
+        for r in records {
+            let Some(v) = r.payload_json().ok() else {
+                continue;
+            };
+            let id = v["trigger_id"].as_i64().or_else(|| {
+                // A DLQ record holds the refused payload as text.
+                let inner: Value = serde_json::from_str(v["payload"].as_str()?).ok()?;
+                inner["trigger_id"].as_i64()
+            });
+            if let Some(id) = id.filter(|id| rows.iter().any(|row| row.0 == *id)) {
+                events.entry(id).or_default().push(format!(
+                    "{}:{}@{} {} attempt {}",
+                    topic,
+                    r.partition,
+                    r.offset,
+                    v["event"].as_str().unwrap_or("dlq"),
+                    v["attempt"]
+                ));
+            }
+        }
+    }
+    Ok(rows
+        .into_iter()
+        .map(|(id, status, attempt, worker, partition, offset)| {
+            format!(
+                "unfinished run {id}: {status}, attempt {attempt}, worker {worker:?}, partition {partition:?}, offset {offset:?}; events: {:?}",
+                events.remove(&id).unwrap_or_default()
+            )
+        })
+        .collect())
+}
+
 async fn steady(args: &Args) -> Result<()> {
     let every_ms = (args.jobs * 1000 / args.rate).max(1);
     eprintln!(
@@ -428,6 +484,11 @@ async fn steady(args: &Args) -> Result<()> {
     let drain_s = drain_started.elapsed().as_secs_f64();
     let statements = if args.statements {
         top_statements(&pool).await?
+    } else {
+        Vec::new()
+    };
+    let unfinished = if args.workers > 0 && left > 0 {
+        unfinished_runs(&pool, &cluster, t0, t1).await?
     } else {
         Vec::new()
     };
@@ -524,6 +585,9 @@ async fn steady(args: &Args) -> Result<()> {
             "after the window: {} of the window's runs unfinished after {drain_s:.1} s",
             left
         );
+        for line in &unfinished {
+            println!("  {line}");
+        }
         e2e = json!(rate);
         start_spread = spread_json(&start_late);
     } else if left > 0 {

@@ -35,6 +35,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
             trigger_partitions: 3,
             replication_factor: 1,
             message_timeout_ms: 1_000,
+            linger_ms: 1,
         })
         .unwrap(),
     );
@@ -45,6 +46,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
         lease_margin_ms: 1_500,
         lookahead_ms: 2_000,
         publish_ahead_ms: 250,
+        record_delay_ms: 1_000,
         scan_interval_ms: 500,
         scan_batch: 1_000,
         lost_grace_ms: 60_000,
