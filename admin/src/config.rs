@@ -85,7 +85,7 @@ pub struct AdminConfig {
     /// (librdkafka's `linger.ms`). A record's timestamp is when it was handed over at its fire
     /// time; this adds at most that much before a worker can fetch it, and saves the producer
     /// and the broker a request per record at high rates.
-    #[arg(long, env = "CADENZA_PRODUCER_LINGER_MS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    #[arg(long, env = "CADENZA_PRODUCER_LINGER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub producer_linger_ms: u64,
 
     /// Replication factor of the topics the admin creates.

@@ -78,7 +78,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let group = format!("{}-admin-registry-{admin_id}", kafka.topics().prefix());
-    let consumer = match kafka.consumer(&group, &[]) {
+    // Heartbeats come every few seconds: a fetch may wait longer for them, which saves the
+    // broker a request every 10 ms.
+    let consumer = match kafka.consumer(&group, &[("fetch.wait.max.ms", "250")]) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot create the heartbeat consumer");

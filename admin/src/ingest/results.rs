@@ -25,6 +25,9 @@ use crate::route::registry::Registry;
 
 /// Most events applied in one transaction.
 const BATCH: usize = 1_000;
+/// How long a batch of result events gathers after its first event. Long enough that a short
+/// run's `started` and `finished` usually arrive in one batch, and the run is written once.
+const LINGER: Duration = Duration::from_millis(20);
 /// Longest text kept from a run's log.
 pub const MAX_LOG_BYTES: usize = 64 * 1024;
 
@@ -423,7 +426,7 @@ pub async fn run(
         return;
     }
     while !shutdown.is_cancelled() {
-        let batch = recv_batch(&consumer, BATCH, Duration::from_millis(5), &shutdown).await;
+        let batch = recv_batch(&consumer, BATCH, LINGER, &shutdown).await;
         if batch.is_empty() {
             continue;
         }

@@ -31,7 +31,7 @@
 //! `--admin-env KEY=VALUE` and `--worker-env KEY=VALUE` (repeatable) start the admin or each
 //! worker with that setting, e.g. `--worker-env CADENZA_WORKER_CAPACITY=64`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -525,6 +525,14 @@ async fn steady(args: &Args) -> Result<()> {
         })
         .collect();
     lateness.sort_by(f64::total_cmp);
+    // Each run's record timestamp, for the workers' share of the start lateness.
+    let sent_at: HashMap<i64, i64> = records
+        .iter()
+        .filter_map(|r| {
+            let v = r.payload_json().ok()?;
+            Some((v["trigger_id"].as_i64()?, r.timestamp_ms?))
+        })
+        .collect();
     let recorded = ms_after_fire(&pool, "published_at", t0, t1).await?;
     let wal_bytes = wal_bytes(&pool, &wal0, &wal1).await?;
     let cpu = cpu_used(&cpu0, &cpu1);
@@ -569,6 +577,19 @@ async fn steady(args: &Args) -> Result<()> {
     let mut start_spread = Value::Null;
     if args.workers > 0 {
         let start_late = ms_after_fire(&pool, "started_at", t0, t1).await?;
+        let started: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT id, started_at FROM triggers
+             WHERE fire_time BETWEEN $1 AND $2 AND started_at IS NOT NULL",
+        )
+        .bind(t0)
+        .bind(t1)
+        .fetch_all(&pool)
+        .await?;
+        let mut pickup: Vec<f64> = started
+            .iter()
+            .filter_map(|(id, at)| Some((at.timestamp_millis() - sent_at.get(id)?) as f64))
+            .collect();
+        pickup.sort_by(f64::total_cmp);
         let finished_in_window: i64 =
             sqlx::query_scalar("SELECT count(*) FROM triggers WHERE finished_at BETWEEN $1 AND $2")
                 .bind(t0)
@@ -584,6 +605,11 @@ async fn steady(args: &Args) -> Result<()> {
         println!(
             "after the window: {} of the window's runs unfinished after {drain_s:.1} s",
             left
+        );
+        println!(
+            "worker pickup ms: {}  (started_at − record timestamp on the topic, {} runs)",
+            spread(&pickup),
+            pickup.len()
         );
         for line in &unfinished {
             println!("  {line}");
