@@ -389,6 +389,9 @@ async fn in_flight(
     .await?)
 }
 
+/// id, status, attempt, worker, partition, offset.
+type UnfinishedRow = (i64, String, i32, Option<String>, Option<i32>, Option<i64>);
+
 /// Up to ten runs of the window still unfinished after the drain, each with the events about it
 /// on the results topic and the DLQ (read while the processes still run: the test broker keeps
 /// its records in memory only).
@@ -398,7 +401,7 @@ async fn unfinished_runs(
     t0: DateTime<Utc>,
     t1: DateTime<Utc>,
 ) -> Result<Vec<String>> {
-    let rows: Vec<(i64, String, i32, Option<String>, Option<i32>, Option<i64>)> = sqlx::query_as(
+    let rows: Vec<UnfinishedRow> = sqlx::query_as(
         "SELECT id, status, attempt, worker_id, partition, \"offset\" FROM triggers
          WHERE fire_time BETWEEN $1 AND $2
            AND status IN ('scheduled', 'publishing', 'published', 'running')
