@@ -173,7 +173,9 @@ impl SchedulerArgs {
         Duration::from_millis(self.publish_ahead_ms.min(self.lookahead_ms))
     }
     /// How long after delivery a run still `publishing` is recorded `published`: at most half
-    /// the lease margin, well before the read-back would take it (twice the margin).
+    /// the lease margin, before the sweep's read-back would take it (twice the margin plus the
+    /// publish-ahead). A takeover's read-back may meet a run still waiting here: it records the
+    /// run itself, and this admin's record then changes nothing (compare-and-set).
     pub fn record_delay(&self) -> Duration {
         Duration::from_millis(self.record_delay_ms.min(self.lease_margin_ms / 2))
     }

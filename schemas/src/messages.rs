@@ -162,6 +162,10 @@ pub struct RunStarted {
     pub offset: i64,
     pub attempt: u32,
     pub started_at: DateTime<Utc>,
+    /// When the admin published the trigger (its record's `published_at`), recorded as the
+    /// run's publication time if the admin has not recorded one yet. Absent from older workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<DateTime<Utc>>,
 }
 
 /// A worker finished a run (any terminal status a worker can decide).
@@ -180,6 +184,10 @@ pub struct RunFinished {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: DateTime<Utc>,
+    /// As in `started`: when the admin published the trigger. Absent from older workers, and
+    /// when a worker reports a result again from its progress record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<DateTime<Utc>>,
     /// A person-readable reason for a status other than `succeeded`, or the handler's message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -354,6 +362,7 @@ mod tests {
             status: RunStatus::Failed,
             started_at: None,
             finished_at: DateTime::UNIX_EPOCH,
+            published_at: None,
             message: Some("boom".into()),
             log: None,
             retry_requested: false,

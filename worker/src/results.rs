@@ -89,6 +89,7 @@ mod tests {
             offset: 9,
             attempt: 1,
             started_at: DateTime::UNIX_EPOCH,
+            published_at: Some(DateTime::UNIX_EPOCH),
         });
         let r = result_record("p.results", &ev, Some("00-abc-def-01".into())).unwrap();
         assert_eq!((r.topic.as_str(), r.key.as_str()), ("p.results", "42"));

@@ -390,6 +390,7 @@ impl RunEnv {
                 status: r.status,
                 started_at: r.started_at,
                 finished_at: r.finished_at,
+                published_at: None,
                 message: r.message.clone(),
                 log: None,
                 retry_requested: r.retry_requested,
@@ -600,6 +601,7 @@ impl RunEnv {
             offset: delivery.offset,
             attempt,
             started_at,
+            published_at: Some(trigger.published_at),
         });
         tracing::debug!(job_type = %trigger.job_type, "run started");
         let job_type = JobTypeLabel {
@@ -740,6 +742,7 @@ impl RunEnv {
             status,
             started_at,
             finished_at,
+            published_at: Some(trigger.published_at),
             message: verdict.message,
             log,
             retry_requested: verdict.retry_requested,

@@ -10,14 +10,14 @@ SET status = u.status, worker_id = u.worker_id, worker_group = u.worker_group,
     partition = u.partition, "offset" = u.offset, attempt = u.attempt,
     started_at = CASE WHEN u.attempt > t.attempt THEN u.started_at
                       ELSE COALESCE(t.started_at, u.started_at) END,
-    finished_at = u.finished_at, published_at = COALESCE(t.published_at, now()),
+    finished_at = u.finished_at, published_at = COALESCE(t.published_at, u.published_at, now()),
     message = u.message, log = u.log, retry_requested = u.retry_requested,
     output = CASE WHEN u.status = 'succeeded' THEN u.output::jsonb END, updated_at = now()
 FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::int[],
             $7::text[], $8::timestamptz[], $9::timestamptz[], $10::text[], $11::text[],
-            $12::bool[], $13::text[])
+            $12::bool[], $13::text[], $14::timestamptz[])
      AS u (id, worker_id, worker_group, partition, "offset", attempt, status, started_at,
-           finished_at, message, log, retry_requested, output)
+           finished_at, message, log, retry_requested, output, published_at)
 WHERE t.id = u.id
   AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
   AND u.attempt >= t.attempt

@@ -144,6 +144,7 @@ pub async fn apply(
                 .bind(started.iter().map(|s| s.offset).collect::<Vec<_>>())
                 .bind(started.iter().map(|s| s.attempt as i32).collect::<Vec<_>>())
                 .bind(started.iter().map(|s| s.started_at).collect::<Vec<_>>())
+                .bind(started.iter().map(|s| s.published_at).collect::<Vec<_>>())
                 .execute(&mut *tx)
                 .await?;
         }
@@ -220,6 +221,7 @@ pub async fn apply(
                         .collect::<Vec<_>>(),
                 )
                 .bind(finished.iter().map(|f| output_text(f)).collect::<Vec<_>>())
+                .bind(finished.iter().map(|f| f.published_at).collect::<Vec<_>>())
                 .fetch_all(&mut *tx)
                 .await?;
         changed = rows.len();

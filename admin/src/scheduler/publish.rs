@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{self, Term};
 use super::{SchedulerContext, SchedulerError};
 use crate::guard;
-use crate::ids::ShardId;
+use crate::ids::{LeaseEpoch, ShardId};
 use crate::metrics::{metrics, JobTypeLabel};
 use crate::route::{Route, Router};
 use crate::trigger::PendingTrigger;
@@ -49,7 +49,10 @@ use crate::trigger::PendingTrigger;
 pub const MAX_BATCH: usize = 5_000;
 /// Most runs recorded `published` by one statement.
 const MAX_RECORD: usize = 20_000;
-/// Batches marked and not yet recorded.
+/// Most delivered runs waiting to be recorded; beyond that (the database far behind) the oldest
+/// are left to the read-back.
+const MAX_WAITING: usize = 500_000;
+/// Batches marked and not yet acknowledged.
 pub const MAX_BATCHES_IN_FLIGHT: usize = 32;
 
 /// A batch routed, in fire time order, to be marked `publishing` (step 2).
@@ -62,12 +65,6 @@ pub struct RoutedBatch {
 pub struct Claimed {
     /// In fire time order.
     claimed: Vec<Routed>,
-    outcome: PublishOutcome,
-}
-
-/// A batch handed to the producer, waiting for its acknowledgements.
-pub struct InFlight {
-    sends: Vec<Sent>,
     outcome: PublishOutcome,
 }
 
@@ -97,6 +94,8 @@ pub struct PublishOutcome {
 /// `publish` span (open until the broker answers; `Span::none()` unless spans are exported).
 struct Sent {
     id: i64,
+    /// The epoch it was marked and sent under.
+    epoch: LeaseEpoch,
     fire_time: DateTime<Utc>,
     /// When it was handed to the producer (database clock).
     sent_at: DateTime<Utc>,
@@ -156,8 +155,15 @@ impl Publisher {
                     let recorder = recorder.clone();
                     in_flight.spawn(async move {
                         let round = async {
-                            let sent = produce(&ctx, claimed).await?;
-                            Ok::<_, anyhow::Error>(record(&ctx, sent, &recorder).await)
+                            // Acknowledgements are awaited while the batch is still being
+                            // sent, so each is seen (and timed) as it comes.
+                            let (tx, rx) = mpsc::unbounded_channel();
+                            let (produced, recorded) =
+                                tokio::join!(produce(&ctx, claimed, tx), record(&ctx, rx, &recorder));
+                            let mut outcome = produced?;
+                            outcome.published = recorded.published;
+                            outcome.failed += recorded.failed;
+                            Ok::<_, anyhow::Error>(outcome)
                         };
                         match guard::round("sending and recording a publication", round).await {
                             Ok(o) if o.failed > 0 => tracing::warn!(
@@ -265,13 +271,16 @@ async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, S
 /// producer's delivery timeout is shorter than the margin, and a shard is dropped from that view
 /// before it is handed back). Triggers not handed over stay `publishing` and are resolved by
 /// read-back.
-pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight, SchedulerError> {
+async fn produce(
+    ctx: &SchedulerContext,
+    batch: Claimed,
+    sends: mpsc::UnboundedSender<Sent>,
+) -> Result<PublishOutcome, SchedulerError> {
     let Claimed {
         claimed,
         mut outcome,
     } = batch;
     let topics = ctx.kafka.topics();
-    let mut sends = Vec::with_capacity(claimed.len());
     let mut unsent = 0;
     ctx.kafka.renew_producer_if_fatal();
     let producer = ctx.kafka.producer();
@@ -310,14 +319,18 @@ pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight,
             .payload(&payload)
             .headers(headers(&span));
         match producer.send_result(record) {
-            Ok(delivery) => sends.push(Sent {
-                id: t.id.0,
-                fire_time: t.fire_time,
-                sent_at: now,
-                job_type: t.job_type.clone(),
-                delivery,
-                span,
-            }),
+            Ok(delivery) => {
+                // The receiver (`record`) lives as long as this batch.
+                let _ = sends.send(Sent {
+                    id: t.id.0,
+                    epoch: term.epoch,
+                    fire_time: t.fire_time,
+                    sent_at: now,
+                    job_type: t.job_type.clone(),
+                    delivery,
+                    span,
+                });
+            }
             Err((e, _)) => {
                 tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
                 unsent += 1;
@@ -328,7 +341,7 @@ pub async fn produce(ctx: &SchedulerContext, batch: Claimed) -> Result<InFlight,
         tracing::warn!(count = unsent, "not sent (lease ran out, shard no longer held at the epoch they were marked under, or producer refused); the rows stay publishing and are resolved by read-back");
     }
     outcome.failed = unsent;
-    Ok(InFlight { sends, outcome })
+    Ok(outcome)
 }
 
 /// The `publish` span of a run, where its trace starts (`Span::none()` unless spans are
@@ -385,26 +398,33 @@ fn message(t: &PendingTrigger, route: &Route, now: DateTime<Utc>) -> TriggerReco
 /// Step 4: waits for the acknowledgements of a batch and hands the delivered triggers to the
 /// [`Recorder`]. Failed sends stay `publishing`: one that timed out may still have landed, so the
 /// sweep reads the partition back before sending again.
-async fn record(ctx: &SchedulerContext, batch: InFlight, recorder: &Recorder) -> PublishOutcome {
-    let InFlight { sends, mut outcome } = batch;
-    let (mut ok_id, mut ok_part, mut ok_off) = (vec![], vec![], vec![]);
-    let mut lateness = Vec::with_capacity(sends.len());
-    let mut types = Vec::with_capacity(sends.len());
-    for Sent {
+async fn record(
+    ctx: &SchedulerContext,
+    mut sends: mpsc::UnboundedReceiver<Sent>,
+    recorder: &Recorder,
+) -> Recorded {
+    let mut outcome = Recorded::default();
+    let mut delivered = Delivered::default();
+    let mut lateness = Vec::new();
+    let mut types = Vec::new();
+    while let Some(Sent {
         id,
+        epoch,
         fire_time,
         sent_at,
         job_type,
         delivery,
         span,
-    } in sends
+    }) = sends.recv().await
     {
         match delivery.await {
             Ok(Ok(d)) => {
                 span.record("offset", d.offset);
-                ok_id.push(id);
-                ok_part.push(d.partition);
-                ok_off.push(d.offset);
+                delivered.ids.push(id);
+                delivered.partitions.push(d.partition);
+                delivered.offsets.push(d.offset);
+                delivered.epochs.push(epoch);
+                delivered.acked_at.push(ctx.clock.now());
                 lateness.push((sent_at - fire_time).num_milliseconds());
                 types.push(job_type);
             }
@@ -417,8 +437,8 @@ async fn record(ctx: &SchedulerContext, batch: InFlight, recorder: &Recorder) ->
             Err(_) => outcome.failed += 1,
         }
     }
-    outcome.published = ok_id.len();
-    recorder.delivered(ok_id, ok_part, ok_off);
+    outcome.published = delivered.ids.len();
+    recorder.delivered(delivered);
     tracing::debug!(
         published = outcome.published,
         max_lateness_ms = lateness.iter().max().copied().unwrap_or(0),
@@ -438,13 +458,25 @@ async fn record(ctx: &SchedulerContext, batch: InFlight, recorder: &Recorder) ->
     outcome
 }
 
+/// What awaiting a batch's acknowledgements found.
+#[derive(Debug, Default)]
+struct Recorded {
+    published: usize,
+    failed: usize,
+}
+
 /// Deliveries acknowledged by the broker, waiting to be recorded.
+#[derive(Default)]
 struct Delivered {
-    /// When to record them.
-    due: tokio::time::Instant,
+    /// When to record them (set when handed to the recorder).
+    due: Option<tokio::time::Instant>,
     ids: Vec<i64>,
     partitions: Vec<i32>,
     offsets: Vec<i64>,
+    /// The epoch each was sent under: recorded only while its row is still marked so.
+    epochs: Vec<LeaseEpoch>,
+    /// When the broker acknowledged each, by the database clock as this admin reads it.
+    acked_at: Vec<DateTime<Utc>>,
 }
 
 /// Records delivered runs `published` a moment after their delivery
@@ -465,19 +497,18 @@ impl Recorder {
         (Self { tx, delay }, task)
     }
 
-    fn delivered(&self, ids: Vec<i64>, partitions: Vec<i32>, offsets: Vec<i64>) {
-        if ids.is_empty() {
+    fn delivered(&self, mut delivered: Delivered) {
+        if delivered.ids.is_empty() {
             return;
         }
-        let due = tokio::time::Instant::now() + self.delay;
-        // The task ends only after every sender is gone, so this cannot fail; if it did, the
-        // runs stay `publishing` and the read-back records them.
-        let _ = self.tx.send(Delivered {
-            due,
-            ids,
-            partitions,
-            offsets,
-        });
+        delivered.due = Some(tokio::time::Instant::now() + self.delay);
+        if self.tx.send(delivered).is_err() {
+            // Only if the recorder's task is gone: the runs stay `publishing` and the
+            // read-back records them.
+            tracing::warn!(
+                "the recorder of publications has stopped; delivered runs are left to the read-back"
+            );
+        }
     }
 }
 
@@ -485,33 +516,46 @@ impl Recorder {
 /// by then (up to [`MAX_RECORD`] runs a statement); at the end, records all that is left.
 async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver<Delivered>) {
     let mut waiting: VecDeque<Delivered> = VecDeque::new();
+    let mut queued = 0;
     let mut open = true;
     while open || !waiting.is_empty() {
         // Once every sender is gone, what is left is due at once.
-        let next = waiting.front().map(|d| {
-            if open {
-                d.due
-            } else {
-                tokio::time::Instant::now()
-            }
-        });
+        let now = tokio::time::Instant::now();
+        let next = waiting
+            .front()
+            .map(|d| if open { d.due.unwrap_or(now) } else { now });
         tokio::select! {
             received = rx.recv(), if open => match received {
-                Some(d) => waiting.push_back(d),
+                Some(d) => {
+                    queued += d.ids.len();
+                    waiting.push_back(d);
+                    let mut dropped = 0;
+                    while queued > MAX_WAITING {
+                        let Some(old) = waiting.pop_front() else { break };
+                        queued -= old.ids.len();
+                        dropped += old.ids.len();
+                    }
+                    if dropped > 0 {
+                        tracing::warn!(runs = dropped, "the database is far behind recording deliveries; the oldest are left to the read-back");
+                    }
+                }
                 None => open = false,
             },
-            _ = tokio::time::sleep_until(next.unwrap_or_else(tokio::time::Instant::now)), if next.is_some() => {
+            _ = tokio::time::sleep_until(next.unwrap_or(now)), if next.is_some() => {
                 let now = tokio::time::Instant::now();
                 let mut due = Vec::new();
                 let mut runs = 0;
                 while let Some(d) = waiting.front() {
-                    if (open && d.due > now) || (runs > 0 && runs + d.ids.len() > MAX_RECORD) {
+                    let ready = !open || d.due.is_none_or(|at| at <= now);
+                    if !ready || (runs > 0 && runs + d.ids.len() > MAX_RECORD) {
                         break;
                     }
                     runs += d.ids.len();
                     due.extend(waiting.pop_front());
                 }
-                if let Err(e) = write_published(&ctx, due).await {
+                queued -= runs;
+                let written = async { write_published(&ctx, due).await.map_err(anyhow::Error::from) };
+                if let Err(e) = guard::round("recording delivered runs", written).await {
                     tracing::warn!(error = %e, "recording delivered runs failed; they stay publishing and are read back");
                 }
             }
@@ -519,30 +563,29 @@ async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver
     }
 }
 
-/// Records the runs of `deliveries` still `publishing` as `published`, in id order (the order
-/// the result ingest locks rows in, so the two never deadlock).
+/// Records the runs of `deliveries` still `publishing` (under the epoch they were sent under)
+/// as `published`. Rows another transaction holds are skipped (see the statement).
 async fn write_published(
     ctx: &SchedulerContext,
     deliveries: Vec<Delivered>,
 ) -> Result<(), sqlx::Error> {
-    let mut rows: Vec<(i64, i32, i64)> = deliveries
-        .into_iter()
-        .flat_map(|d| {
-            d.ids
-                .into_iter()
-                .zip(d.partitions)
-                .zip(d.offsets)
-                .map(|((id, p), o)| (id, p, o))
-        })
-        .collect();
-    if rows.is_empty() {
+    let mut all = Delivered::default();
+    for d in deliveries {
+        all.ids.extend(d.ids);
+        all.partitions.extend(d.partitions);
+        all.offsets.extend(d.offsets);
+        all.epochs.extend(d.epochs);
+        all.acked_at.extend(d.acked_at);
+    }
+    if all.ids.is_empty() {
         return Ok(());
     }
-    rows.sort_unstable_by_key(|r| r.0);
     sqlx::query(sql!("publish/mark_published"))
-        .bind(rows.iter().map(|r| r.0).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.1).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| r.2).collect::<Vec<_>>())
+        .bind(&all.ids)
+        .bind(&all.partitions)
+        .bind(&all.offsets)
+        .bind(&all.epochs)
+        .bind(&all.acked_at)
         .execute(&ctx.pool)
         .await?;
     Ok(())

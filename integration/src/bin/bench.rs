@@ -556,7 +556,7 @@ async fn steady(args: &Args) -> Result<()> {
         lateness.len()
     );
     println!(
-        "recorded ms:      {}  (published_at after the acknowledgement − fire time)",
+        "published_at ms:  {}  (published_at − fire time: when the broker acknowledged the record, or for a run a worker started first, when the record was handed over)",
         spread(&recorded)
     );
     println!(
