@@ -149,6 +149,13 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         .scheduler
         .validate()
         .map_err(|m| anyhow::anyhow!("invalid configuration: {m}"))?;
+    let message_timeout_ms = config.scheduler.message_timeout_ms();
+    if config.producer_linger_ms >= message_timeout_ms {
+        anyhow::bail!(
+            "invalid configuration: CADENZA_PRODUCER_LINGER_MS ({}) must be below the producer's delivery timeout, CADENZA_LEASE_MARGIN_MS - 250 ({message_timeout_ms})",
+            config.producer_linger_ms
+        );
+    }
     // Before anything listens.
     config
         .check_api_exposure()
