@@ -88,6 +88,14 @@ pub struct AdminConfig {
     #[arg(long, env = "CADENZA_PRODUCER_LINGER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub producer_linger_ms: u64,
 
+    /// How long the broker may hold a fetch of the admin's result ingest when no event is
+    /// waiting, in ms (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as soon as
+    /// an event arrives, so there this only sets how often an idle consumer asks; the test broker
+    /// (Tansu) holds a fetch until the wait ends and spends CPU while it waits, so a shorter wait
+    /// records results sooner when the system is idle and costs the broker more under load.
+    #[arg(long, env = "CADENZA_FETCH_WAIT_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub fetch_wait_ms: u64,
+
     /// Replication factor of the topics the admin creates.
     #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1)]
     pub replication_factor: i32,

@@ -57,6 +57,8 @@ pub struct KafkaSettings {
     pub message_timeout_ms: u64,
     /// The producer's `linger.ms`.
     pub linger_ms: u64,
+    /// The ingest consumers' `fetch.wait.max.ms` (a loop may ask for another).
+    pub fetch_wait_ms: u64,
 }
 
 /// Producer, admin client and the partition counts of trigger topics.
@@ -266,7 +268,7 @@ impl KafkaClients {
         c.set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", "10")
+            .set("fetch.wait.max.ms", self.settings.fetch_wait_ms.to_string())
             .set("session.timeout.ms", "10000")
             .set("topic.metadata.refresh.interval.ms", "2000")
             .set("allow.auto.create.topics", "false");

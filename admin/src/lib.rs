@@ -195,6 +195,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         replication_factor: config.replication_factor,
         message_timeout_ms: config.scheduler.message_timeout_ms(),
         linger_ms: config.producer_linger_ms,
+        fetch_wait_ms: config.fetch_wait_ms,
     })?);
     kafka.ensure_base_topics().await?;
 

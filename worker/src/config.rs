@@ -21,6 +21,10 @@ pub const DEFAULT_GROUP: &str = "cadenza-workers";
 pub const DEFAULT_CAPACITY: u32 = 16;
 /// Default heartbeat interval.
 pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// Default longest wait of a trigger fetch (`CADENZA_FETCH_WAIT_MS`).
+pub const DEFAULT_FETCH_WAIT: Duration = Duration::from_millis(100);
+/// Longest wait of a trigger fetch that may be set.
+pub const MAX_FETCH_WAIT: Duration = Duration::from_secs(10);
 /// Default time a graceful stop waits for running runs.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on the log kept per run (the tail is sent in the `finished` event).
@@ -68,6 +72,12 @@ pub struct WorkerConfig {
     pub revoke_timeout: Duration,
     /// Consumer session timeout: a silent member's partitions move after this. Default 10 s.
     pub session_timeout: Duration,
+    /// How long the broker may hold a fetch of triggers when none is waiting
+    /// (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as soon as a trigger
+    /// arrives, so there this only sets how often an idle worker asks; the test broker (Tansu)
+    /// holds a fetch until the wait ends and spends CPU while it waits, so a shorter wait starts
+    /// runs sooner when the system is idle and costs the broker more under load. Default 100 ms.
+    pub fetch_wait: Duration,
     /// How often topic metadata is refreshed, so that a trigger topic that did not exist when the
     /// worker subscribed (it could not create it) is picked up once the admin creates it.
     /// Default 1 s.
@@ -134,6 +144,7 @@ impl Default for WorkerConfig {
             commit_interval: Duration::from_millis(100),
             revoke_timeout: Duration::from_secs(10),
             session_timeout: Duration::from_secs(10),
+            fetch_wait: DEFAULT_FETCH_WAIT,
             metadata_refresh: Duration::from_secs(1),
             message_timeout: Duration::from_secs(30),
             run_log_limit: DEFAULT_RUN_LOG_LIMIT,
@@ -191,9 +202,9 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        // The test broker (Tansu) does not answer a waiting fetch early; without this a trigger
-        // can wait up to fetch.wait.max.ms (default 500 ms) before the worker sees it.
-        .set("fetch.wait.max.ms", "10")
+        // The test broker (Tansu) does not answer a waiting fetch early: this bounds how long a
+        // trigger can wait there before the worker sees it (librdkafka's default is 500 ms).
+        .set("fetch.wait.max.ms", millis(config.fetch_wait))
         // The worker creates its trigger topics before it subscribes; one it could not create
         // (the admin creates it when a job type first appears) is picked up quickly.
         .set(
@@ -314,7 +325,7 @@ mod tests {
         assert_eq!(c.get("group.id"), Some("billing"));
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
         assert_eq!(c.get("enable.auto.offset.store"), Some("false"));
-        assert_eq!(c.get("fetch.wait.max.ms"), Some("10"));
+        assert_eq!(c.get("fetch.wait.max.ms"), Some("100"));
         assert_eq!(c.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(c.get("session.timeout.ms"), Some("10000"));
         assert_eq!(c.get("security.protocol"), Some("plaintext"));

@@ -69,8 +69,8 @@ pub mod xxl;
 
 pub use config::{
     default_worker_id, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY,
-    DEFAULT_DRAIN_TIMEOUT, DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_RUN_LOG_LIMIT,
-    DEFAULT_TRIGGER_PARTITIONS, MAX_TRIGGER_PARTITIONS,
+    DEFAULT_DRAIN_TIMEOUT, DEFAULT_FETCH_WAIT, DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_RUN_LOG_LIMIT, DEFAULT_TRIGGER_PARTITIONS, MAX_FETCH_WAIT, MAX_TRIGGER_PARTITIONS,
 };
 pub use futures::future::BoxFuture;
 pub use handler::{handler_fn, FnHandler, Handler, Outcome, RunContext, RunLog};
@@ -287,6 +287,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long the broker may hold a fetch of triggers when none is waiting (default 100 ms,
+    /// at most 10 s): on Apache Kafka how often an idle worker asks, on the test broker also how
+    /// long a trigger can wait before the worker sees it (see [`WorkerConfig::fetch_wait`]).
+    pub fn fetch_wait(mut self, wait: Duration) -> Self {
+        self.config.fetch_wait = wait;
+        self
+    }
+
     /// How long a cancelled handler may take to return before it is abandoned (default 5 s).
     pub fn cancel_grace(mut self, grace: Duration) -> Self {
         self.config.cancel_grace = grace;
@@ -364,6 +372,9 @@ impl WorkerBuilder {
         }
         if config.commit_interval.is_zero() {
             return invalid("commit interval", "must be positive");
+        }
+        if config.fetch_wait < Duration::from_millis(1) || config.fetch_wait > MAX_FETCH_WAIT {
+            return invalid("fetch wait", "must be from 1 ms to 10 s");
         }
         if !(1..=MAX_TRIGGER_PARTITIONS).contains(&config.trigger_partitions) {
             return invalid("trigger partitions", "must be from 1 to 1024");
@@ -906,6 +917,16 @@ mod tests {
                 "invalid trigger partitions: must be from 1 to 1024"
             );
         }
+        for bad in [
+            Duration::ZERO,
+            Duration::from_micros(999),
+            Duration::from_millis(10_001),
+        ] {
+            assert_eq!(
+                err(Worker::builder().handler("a", noop()).fetch_wait(bad)),
+                "invalid fetch wait: must be from 1 ms to 10 s"
+            );
+        }
         assert!(
             err(Worker::builder().handler("a", noop()).topic_prefix("x/y"))
                 .starts_with("invalid topic prefix \"x/y\": the topic prefix may only contain")
@@ -925,6 +946,7 @@ mod tests {
             .unwrap();
         assert_eq!(w.config().group, "billing");
         assert_eq!(w.config().trigger_partitions, DEFAULT_TRIGGER_PARTITIONS);
+        assert_eq!(w.config().fetch_wait, DEFAULT_FETCH_WAIT);
         assert_eq!(
             w.config().topics.trigger(&JobType::parse("x").unwrap()),
             "t1.trigger.x"

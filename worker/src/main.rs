@@ -51,6 +51,13 @@ struct Cli {
     #[arg(long, env = "CADENZA_SESSION_TIMEOUT_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     session_timeout_ms: u64,
+    /// How long the broker may hold a fetch of triggers when none is waiting, in milliseconds.
+    /// Apache Kafka answers as soon as a trigger arrives, so there this only sets how often an
+    /// idle worker asks; the test broker holds every fetch this long, so it also bounds how long
+    /// a trigger waits there before this worker sees it.
+    #[arg(long, env = "CADENZA_FETCH_WAIT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    fetch_wait_ms: u64,
     /// How long runs of revoked partitions may take to finish in a rebalance before they are
     /// abandoned (and run again, attempt + 1, by the partitions' next owner), in milliseconds.
     #[arg(long, env = "CADENZA_REVOKE_TIMEOUT_MS", default_value_t = 10_000)]
@@ -184,6 +191,7 @@ async fn main() -> anyhow::Result<()> {
         .heartbeat_interval(Duration::from_millis(cli.heartbeat_ms))
         .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
         .session_timeout(Duration::from_millis(cli.session_timeout_ms))
+        .fetch_wait(Duration::from_millis(cli.fetch_wait_ms))
         .revoke_timeout(Duration::from_millis(cli.revoke_timeout_ms))
         .trigger_partitions(cli.trigger_partitions)
         .replication_factor(cli.replication_factor)

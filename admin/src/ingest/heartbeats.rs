@@ -78,9 +78,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let group = format!("{}-admin-registry-{admin_id}", kafka.topics().prefix());
-    // Heartbeats come every few seconds: a fetch may wait longer for them, which saves the
-    // broker a request every 10 ms.
-    let consumer = match kafka.consumer(&group, &[("fetch.wait.max.ms", "250")]) {
+    // Heartbeats come every few seconds: a fetch may wait longer for them than for results.
+    let wait = kafka.settings.fetch_wait_ms.max(250).to_string();
+    let consumer = match kafka.consumer(&group, &[("fetch.wait.max.ms", wait.as_str())]) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot create the heartbeat consumer");

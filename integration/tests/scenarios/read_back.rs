@@ -36,6 +36,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
             replication_factor: 1,
             message_timeout_ms: 1_000,
             linger_ms: 1,
+            fetch_wait_ms: 10,
         })
         .unwrap(),
     );
