@@ -89,10 +89,11 @@ pub struct AdminConfig {
     pub producer_linger_ms: u64,
 
     /// How long the broker may hold a fetch of the admin's result ingest when no event is
-    /// waiting, in ms (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as soon as
-    /// an event arrives, so there this only sets how often an idle consumer asks; the test broker
-    /// (Tansu) holds a fetch until the wait ends and spends CPU while it waits, so a shorter wait
-    /// records results sooner when the system is idle and costs the broker more under load.
+    /// waiting, in ms (librdkafka's `fetch.wait.max.ms`; the heartbeat consumer waits at least
+    /// 250 ms). Apache Kafka answers a fetch as soon as an event arrives, so there this only sets
+    /// how often an idle consumer asks. The test broker (Tansu) answers a waiting fetch only at
+    /// its next look for records (after half the remaining wait), so an event can wait there up
+    /// to about half of this; each look costs it CPU, so a shorter wait costs it more under load.
     #[arg(long, env = "CADENZA_FETCH_WAIT_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub fetch_wait_ms: u64,
 

@@ -72,11 +72,12 @@ pub struct WorkerConfig {
     pub revoke_timeout: Duration,
     /// Consumer session timeout: a silent member's partitions move after this. Default 10 s.
     pub session_timeout: Duration,
-    /// How long the broker may hold a fetch of triggers when none is waiting
-    /// (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as soon as a trigger
-    /// arrives, so there this only sets how often an idle worker asks; the test broker (Tansu)
-    /// holds a fetch until the wait ends and spends CPU while it waits, so a shorter wait starts
-    /// runs sooner when the system is idle and costs the broker more under load. Default 100 ms.
+    /// How long the broker may hold a fetch of triggers (and of the XXL-JOB bridge's records)
+    /// when none is waiting (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as
+    /// soon as a record arrives, so there this only sets how often an idle worker asks. The test
+    /// broker (Tansu) answers a waiting fetch only at its next look for records (after half the
+    /// remaining wait), so a trigger can wait there up to about half of this; each look costs it
+    /// CPU, so a shorter wait costs it more under load. Default 100 ms.
     pub fetch_wait: Duration,
     /// How often topic metadata is refreshed, so that a trigger topic that did not exist when the
     /// worker subscribed (it could not create it) is picked up once the admin creates it.
@@ -202,8 +203,9 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        // The test broker (Tansu) does not answer a waiting fetch early: this bounds how long a
-        // trigger can wait there before the worker sees it (librdkafka's default is 500 ms).
+        // The test broker (Tansu) answers a waiting fetch only at its next look for records,
+        // after half the remaining wait: this bounds how long a trigger can wait there before
+        // the worker sees it (librdkafka's default is 500 ms).
         .set("fetch.wait.max.ms", millis(config.fetch_wait))
         // The worker creates its trigger topics before it subscribes; one it could not create
         // (the admin creates it when a job type first appears) is picked up quickly.

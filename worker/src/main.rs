@@ -53,8 +53,9 @@ struct Cli {
     session_timeout_ms: u64,
     /// How long the broker may hold a fetch of triggers when none is waiting, in milliseconds.
     /// Apache Kafka answers as soon as a trigger arrives, so there this only sets how often an
-    /// idle worker asks; the test broker holds every fetch this long, so it also bounds how long
-    /// a trigger waits there before this worker sees it.
+    /// idle worker asks; the test broker answers a waiting fetch only at its next look for
+    /// records (after half the remaining wait), so a trigger can wait there up to about half of
+    /// this, and shorter waits cost it CPU under load.
     #[arg(long, env = "CADENZA_FETCH_WAIT_MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     fetch_wait_ms: u64,

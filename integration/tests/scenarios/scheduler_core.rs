@@ -226,6 +226,8 @@ struct Tally {
     /// Records read from the trigger topic (triggers and fences), and how long that took.
     records: usize,
     read_in: Duration,
+    /// The runs of lost fire times, as the database has them (at most 20).
+    lost_runs: Vec<String>,
 }
 
 /// How long reading a short test's trigger topic to its end may take.
@@ -248,6 +250,14 @@ async fn tally(
         .unwrap();
     let read_in = started.elapsed();
     let mut on_topic: HashMap<(i64, DateTime<Utc>), usize> = HashMap::new();
+    let at: HashMap<(i32, i64), String> = records
+        .iter()
+        .map(|r| {
+            let v = r.payload_json().unwrap_or_default();
+            let what = format!("{} job {} fire {}", v["type"], v["job_id"], v["fire_time"]);
+            ((r.partition, r.offset), what)
+        })
+        .collect();
     for r in &records {
         let v = r.payload_json().unwrap();
         if v["type"] != "trigger" {
@@ -275,7 +285,12 @@ async fn tally(
             let published = on_topic.get(&(job.id, f)).copied().unwrap_or(0);
             let missed = misfired.contains(&(job.id, f));
             match (published, missed) {
-                (0, false) => t.lost += 1,
+                (0, false) => {
+                    t.lost += 1;
+                    if t.lost_runs.len() < 20 {
+                        t.lost_runs.push(describe_run(pool, job.id, f, &at).await);
+                    }
+                }
                 (0, true) => t.misfired += 1,
                 (_, false) => t.published += 1,
                 (_, true) => t.duplicates += 1,
@@ -283,6 +298,42 @@ async fn tally(
         }
     }
     t
+}
+
+/// A run's id, kind, status, partition, offset, lease epoch and last update.
+type RunRow = (
+    i64,
+    String,
+    String,
+    Option<i32>,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+);
+
+/// A fire time's runs as the database has them, and what the topic holds where a run was
+/// recorded published, for a failure message.
+async fn describe_run(
+    pool: &PgPool,
+    job_id: i64,
+    fire_time: DateTime<Utc>,
+    at: &HashMap<(i32, i64), String>,
+) -> String {
+    let rows: Vec<RunRow> = sqlx::query_as(
+        "SELECT id, kind, status, partition, \"offset\", lease_epoch, \
+                    to_char(updated_at, 'HH24:MI:SS.MS') \
+             FROM triggers WHERE job_id = $1 AND fire_time = $2 ORDER BY id",
+    )
+    .bind(job_id)
+    .bind(fire_time)
+    .fetch_all(pool)
+    .await
+    .unwrap_or_default();
+    let there: Vec<Option<&String>> = rows
+        .iter()
+        .filter_map(|r| Some(at.get(&(r.3?, r.4?))))
+        .collect();
+    format!("job {job_id} fire {fire_time}: {rows:?}; on the topic there: {there:?}")
 }
 
 async fn create_jobs(api: &ApiClient, n: usize) -> Vec<JobPlan> {

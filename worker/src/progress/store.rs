@@ -459,10 +459,9 @@ impl Progress {
         wanted: &HashMap<String, (TopicPartition, Option<i64>)>,
         end: i64,
     ) -> Option<HashMap<TopicPartition, Found>> {
-        let mut found: HashMap<TopicPartition, Found> = HashMap::new();
         let Some(from) = wanted.values().filter_map(|(_, p)| *p).min() else {
             // No pointer was ever committed for these partitions.
-            return Some(found);
+            return Some(HashMap::new());
         };
         let reader = lock(&self.reader);
         let mut tpl = TopicPartitionList::new();
@@ -473,6 +472,25 @@ impl Progress {
             tracing::error!(%error, "cannot read progress records");
             return None;
         }
+        let found = self.read_records(&reader, wanted, from, end);
+        // Unassigned, the reader fetches nothing more: left assigned, it would go on fetching the
+        // progress topic in the background until its local queue filled.
+        if let Err(error) = reader.unassign() {
+            tracing::warn!(%error, "cannot stop reading progress records");
+        }
+        found
+    }
+
+    /// Read the progress records from `from` (assigned to `reader`) to the claim at `end`; see
+    /// [`Self::read_back`].
+    fn read_records(
+        &self,
+        reader: &BaseConsumer,
+        wanted: &HashMap<String, (TopicPartition, Option<i64>)>,
+        from: i64,
+        end: i64,
+    ) -> Option<HashMap<TopicPartition, Found>> {
+        let mut found: HashMap<TopicPartition, Found> = HashMap::new();
         let started = Instant::now();
         let mut last = Instant::now();
         let mut read = 0u64;
