@@ -67,6 +67,8 @@ pub struct AdminMetrics {
     pub scan_duration: Histogram,
     /// Jobs claimed per scan batch.
     pub scan_jobs: Histogram,
+    /// How far behind its fire times publication is, as the scan last saw it.
+    pub publication_behind: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Shards this admin holds now.
     pub shards_held: Gauge,
     /// Shards in all (the database's setting; the same on every admin).
@@ -101,6 +103,7 @@ impl AdminMetrics {
             fire_lateness: latency_histogram(),
             scan_duration: latency_histogram(),
             scan_jobs: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
+            publication_behind: Gauge::default(),
             shards_held: Gauge::default(),
             shard_count: Gauge::default(),
             lease_acquired: Counter::default(),
@@ -134,6 +137,12 @@ impl AdminMetrics {
             "scan_jobs",
             "Jobs claimed per scan batch",
             m.scan_jobs.clone(),
+        );
+        registry.register_with_unit(
+            "publication_behind",
+            "How long ago the earliest trigger waiting in this admin's timer was due to be taken for publication (0 when none is overdue); the scan writes no runs ahead while it is above 1 s",
+            Unit::Seconds,
+            m.publication_behind.clone(),
         );
         registry.register(
             "shards_held",

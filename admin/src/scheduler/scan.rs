@@ -26,6 +26,18 @@ pub const MAX_FIRES_PER_JOB: usize = 10_000;
 /// Longest pause between scans while they fail.
 pub const MAX_SCAN_BACKOFF: Duration = Duration::from_secs(5);
 
+/// The scan claims no jobs while the publisher is further behind than this (the earliest
+/// trigger waiting in the timer was due to be taken longer ago). Past the publication ceiling,
+/// writing more runs ahead would only take database time from publishing those already
+/// written; meanwhile the jobs' fire times pass, and when the scan claims them again the
+/// misfire rules apply (fires later than the job's threshold are recorded `misfired` in one
+/// write each, the rest fire late). So the load past the ceiling is what misfires, not the
+/// whole window.
+pub const HOLD_WHEN_BEHIND: Duration = Duration::from_secs(1);
+
+/// Pause before looking again while the scan holds back.
+const HOLD_PAUSE: Duration = Duration::from_millis(50);
+
 /// A fire time to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedFire {
@@ -153,6 +165,8 @@ pub struct ScanOutcome {
     pub jobs: usize,
     pub triggers: usize,
     pub elapsed: Duration,
+    /// Claimed nothing: the publisher was further behind than [`HOLD_WHEN_BEHIND`].
+    pub held: bool,
 }
 
 /// Plans one due job. A job whose stored definition cannot be read, or whose planning fails in
@@ -290,6 +304,7 @@ impl Scanner {
 
     /// One batch, in one transaction:
     ///
+    /// 0. unless the publisher is further behind than [`HOLD_WHEN_BEHIND`] (then nothing);
     /// 1. confirm the leases of the held shards ([`lease::confirm`], `FOR KEY SHARE`);
     /// 2. claim up to `scan_batch` jobs of the confirmed shards due within the lookahead
     ///    (`FOR NO KEY UPDATE SKIP LOCKED`);
@@ -304,6 +319,20 @@ impl Scanner {
             return Ok(ScanOutcome::default());
         }
         let cfg = &self.ctx.config;
+        // 0.
+        let behind_ms = self
+            .ctx
+            .wheel
+            .behind_ms(self.ctx.clock.now().timestamp_millis(), cfg.publish_ahead());
+        crate::metrics::metrics()
+            .publication_behind
+            .set(behind_ms as f64 / 1000.0);
+        if Duration::from_millis(behind_ms) > HOLD_WHEN_BEHIND {
+            return Ok(ScanOutcome {
+                held: true,
+                ..ScanOutcome::default()
+            });
+        }
         let mut tx = self.ctx.pool.begin().await?;
         // 1.
         let confirmed = lease::confirm(&mut tx, &self.ctx.admin_id, &held).await?;
@@ -353,6 +382,7 @@ impl Scanner {
                 jobs: due.len(),
                 triggers: written,
                 elapsed: started.elapsed(),
+                held: false,
             })
         };
         write.instrument(span).await
@@ -363,13 +393,19 @@ impl Scanner {
     /// [`MAX_SCAN_BACKOFF`]; the loop itself never ends before `shutdown`.
     pub async fn run(self, shutdown: CancellationToken) {
         let mut backoff = Backoff::new(self.ctx.config.scan_interval(), MAX_SCAN_BACKOFF);
+        let mut holding = Holding::default();
         loop {
             let round = async { self.run_once().await.map_err(anyhow::Error::from) };
             let pause = match guard::round("scan", round).await {
+                Ok(o) if o.held => {
+                    holding.held();
+                    HOLD_PAUSE
+                }
                 Ok(o) => {
                     if backoff.succeeded() {
                         tracing::info!("scan works again");
                     }
+                    holding.resumed();
                     if o.jobs > 0 {
                         let m = crate::metrics::metrics();
                         m.scan_duration.observe(o.elapsed.as_secs_f64());
@@ -397,6 +433,42 @@ impl Scanner {
                 _ = shutdown.cancelled() => return,
                 _ = tokio::time::sleep(pause) => {}
             }
+        }
+    }
+}
+
+/// Says when a scan loop starts holding back (at most once a minute) and when it resumes.
+#[derive(Default)]
+struct Holding {
+    since: Option<std::time::Instant>,
+    last_warned: Option<std::time::Instant>,
+}
+
+impl Holding {
+    fn held(&mut self) {
+        if self.since.is_some() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        self.since = Some(now);
+        if self
+            .last_warned
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60))
+        {
+            self.last_warned = Some(now);
+            tracing::warn!(
+                threshold_ms = HOLD_WHEN_BEHIND.as_millis() as u64,
+                "publication is behind its fire times: the scan writes no runs ahead until it catches up; fires that pass their misfire threshold meanwhile follow the job's misfire strategy (load above what this admin can publish)"
+            );
+        }
+    }
+
+    fn resumed(&mut self) {
+        if let Some(since) = self.since.take() {
+            tracing::debug!(
+                held_ms = since.elapsed().as_millis() as u64,
+                "publication caught up; the scan resumes"
+            );
         }
     }
 }

@@ -78,6 +78,16 @@ impl Wheel {
         }
     }
 
+    /// How far behind the publisher is at `now_ms` (epoch milliseconds, database clock): how long
+    /// ago the earliest trigger still waiting was due to be taken (its fire time less `ahead`);
+    /// zero when nothing waiting is overdue.
+    pub fn behind_ms(&self, now_ms: i64, ahead: std::time::Duration) -> u64 {
+        let ahead_ms = i64::try_from(ahead.as_millis()).unwrap_or(i64::MAX);
+        self.lock().queue.keys().next().map_or(0, |&(due, _)| {
+            u64::try_from(now_ms.saturating_sub(due.saturating_sub(ahead_ms))).unwrap_or(0)
+        })
+    }
+
     /// Number of triggers waiting.
     pub fn len(&self) -> usize {
         self.lock().queue.len()
@@ -183,6 +193,25 @@ mod tests {
         assert!(Utc::now() >= now + Duration::milliseconds(30));
         w.drop_shards(&[ShardId(0)]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn behind_is_how_long_ago_the_earliest_waiting_trigger_was_due_to_be_taken() {
+        let w = Wheel::default();
+        let now = Utc::now();
+        let ahead = std::time::Duration::from_millis(250);
+        let ms = now.timestamp_millis();
+        assert_eq!(w.behind_ms(ms, ahead), 0, "nothing waiting");
+        w.insert(vec![trig(1, 0, now + Duration::milliseconds(900))]);
+        assert_eq!(w.behind_ms(ms, ahead), 0, "due to be taken in 650 ms");
+        w.insert(vec![trig(2, 0, now - Duration::milliseconds(1_500))]);
+        assert_eq!(
+            w.behind_ms(ms, ahead),
+            1_750,
+            "due to be taken 1,750 ms ago"
+        );
+        w.drop_shards(&[ShardId(0)]);
+        assert_eq!(w.behind_ms(ms, ahead), 0);
     }
 
     #[tokio::test]
