@@ -314,12 +314,8 @@ impl Scanner {
     /// 5. hand the `scheduled` triggers to the timer.
     pub async fn run_once(&self) -> Result<ScanOutcome, SchedulerError> {
         let started = std::time::Instant::now();
-        let held = self.ctx.leases.terms();
-        if held.is_empty() {
-            return Ok(ScanOutcome::default());
-        }
         let cfg = &self.ctx.config;
-        // 0.
+        // 0. (Also while no shard is held, so the gauge never keeps a stale value.)
         let behind_ms = self
             .ctx
             .wheel
@@ -327,6 +323,10 @@ impl Scanner {
         crate::metrics::metrics()
             .publication_behind
             .set(behind_ms as f64 / 1000.0);
+        let held = self.ctx.leases.terms();
+        if held.is_empty() {
+            return Ok(ScanOutcome::default());
+        }
         if Duration::from_millis(behind_ms) > HOLD_WHEN_BEHIND {
             return Ok(ScanOutcome {
                 held: true,
@@ -458,7 +458,7 @@ impl Holding {
             self.last_warned = Some(now);
             tracing::warn!(
                 threshold_ms = HOLD_WHEN_BEHIND.as_millis() as u64,
-                "publication is behind its fire times: the scan writes no runs ahead until it catches up; fires that pass their misfire threshold meanwhile follow the job's misfire strategy (load above what this admin can publish)"
+                "publication is more than a second behind (runs waiting in the timer past the moment they were due to be taken, their fire time less CADENZA_PUBLISH_AHEAD_MS): the scan writes no runs ahead until it catches up; fires that pass their misfire threshold meanwhile follow the job's misfire strategy. Lasting, it means more load than this admin can publish; after a takeover it clears once the runs found overdue are sent"
             );
         }
     }
