@@ -67,7 +67,8 @@ pub struct AdminMetrics {
     pub scan_duration: Histogram,
     /// Jobs claimed per scan batch.
     pub scan_jobs: Histogram,
-    /// How far behind its fire times publication is, as the scan last saw it.
+    /// How long ago the earliest trigger waiting in the timer was due to be taken for
+    /// publication (its fire time less the publish-ahead), as the scan last saw it.
     pub publication_behind: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// Shards this admin holds now.
     pub shards_held: Gauge,
