@@ -223,6 +223,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         lateness: Arc::default(),
         kafka: kafka.clone(),
         registry: registry.clone(),
+        router: route::Router::default(),
         read_back: tokio::sync::Mutex::new(()),
     });
     let released = scheduler::spawn(ctx, &tracker, shutdown.clone());
@@ -266,6 +267,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         shard_count,
         api_token: config.api_token.clone(),
         registry,
+        drop_claimed_after: config.scheduler.publish_ahead() + scheduler::CLOCK_GUARD,
     });
     let app = api::router(state);
     // Step 1 (the scheduler's loops stop on the same token).

@@ -7,7 +7,8 @@ use cadenza_schemas::{
 };
 use chrono::{DateTime, Utc};
 
-use crate::ids::{BadShard, ShardId};
+use crate::ids::{BadShard, LeaseEpoch, ShardId};
+use crate::route::Route;
 
 /// A run waiting for its fire time, as the publisher needs it.
 #[derive(Debug, Clone)]
@@ -28,6 +29,20 @@ pub struct PendingTrigger {
     pub requested_worker: Option<String>,
     /// For a workflow node's run: its workflow run, node key, and parents' outputs.
     pub workflow: Option<WorkflowNodeRun>,
+    /// Set when the scan wrote the run already `publishing` (routed, under its shard's lease
+    /// epoch); `None` for a `scheduled` run, which the publisher routes and marks itself.
+    pub claim: Option<PreClaim>,
+}
+
+/// How the scan claimed a run it wrote `publishing`.
+#[derive(Debug, Clone)]
+pub struct PreClaim {
+    pub route: Route,
+    /// The lease epoch its row is marked under; it is sent only while its shard is held at it.
+    pub epoch: LeaseEpoch,
+    /// The job's `plan_gen` when the run was written: a job change that dropped runs written
+    /// ahead bumps it, and the publisher then sends only the runs still there.
+    pub plan_gen: i64,
 }
 
 /// What a run of a workflow node carries to its handler.
@@ -63,6 +78,13 @@ pub struct PendingRow {
     pub workflow_node: Option<String>,
     #[sqlx(default)]
     pub upstream: Option<sqlx::types::Json<serde_json::Value>>,
+    /// Of a run the scan wrote `publishing`: where it goes and the epoch it is marked under.
+    #[sqlx(default)]
+    pub partition: Option<i32>,
+    #[sqlx(default)]
+    pub routed_worker: Option<String>,
+    #[sqlx(default)]
+    pub lease_epoch: Option<i64>,
 }
 
 /// Why a `triggers` row cannot become a [`PendingTrigger`].
@@ -108,15 +130,30 @@ impl TryFrom<PendingRow> for PendingTrigger {
                 }),
                 _ => None,
             },
+            claim: match (r.status.as_str(), r.partition, r.lease_epoch) {
+                ("publishing", Some(partition), Some(epoch)) => Some(PreClaim {
+                    route: Route {
+                        partition,
+                        worker: r.routed_worker.map(cadenza_schemas::WorkerId),
+                    },
+                    epoch: LeaseEpoch(epoch),
+                    plan_gen: 0,
+                }),
+                _ => None,
+            },
         })
     }
 }
 
-/// Converts rows to pending triggers, keeping `scheduled` ones and logging (not failing on) a
-/// row that cannot be read.
+/// Converts rows to pending triggers, keeping `scheduled` ones (and `publishing` ones with their
+/// partition and epoch, as the scan writes them) and logging (not failing on) a row that cannot
+/// be read.
 pub(crate) fn rows_to_pending(rows: Vec<PendingRow>) -> Vec<PendingTrigger> {
     rows.into_iter()
-        .filter(|r| r.status == "scheduled")
+        .filter(|r| {
+            r.status == "scheduled"
+                || (r.status == "publishing" && r.partition.is_some() && r.lease_epoch.is_some())
+        })
         .filter_map(|r| {
             let id = r.id;
             PendingTrigger::try_from(r)

@@ -1,9 +1,22 @@
--- Runs of a job's schedule written ahead but not yet published are dropped when the job changes;
--- the scan writes them again from the job's new definition. Returns the earliest dropped.
+-- Runs of a job's schedule written ahead and not yet taken for sending are dropped when the job
+-- changes; the scan writes them again from the job's new definition. Returns the earliest
+-- dropped. The job is locked FOR UPDATE by the caller.
+-- A run the scan wrote already claimed (`publishing`) is dropped only when it is due later than
+-- $2 ms from now (the publish-ahead plus a guard for the holder's clock): the holder takes runs
+-- for sending under a key-share lock of their job, which the caller's lock waited for, so every
+-- run it took is due sooner. Dropping any bumps the job's plan_gen, from which the holder learns
+-- to send only the runs still there.
 WITH dropped AS (
     DELETE FROM triggers
-    WHERE job_id = $1 AND status = 'scheduled'
+    WHERE job_id = $1
       AND kind IN ('cron', 'fix_rate', 'fix_delay', 'once', 'misfire')
-    RETURNING fire_time
+      AND (status = 'scheduled'
+           OR (status = 'publishing' AND "offset" IS NULL
+               AND fire_time > clock_timestamp() + make_interval(secs => $2::float8 / 1000.0)))
+    RETURNING fire_time, status
+),
+bumped AS (
+    UPDATE jobs SET plan_gen = plan_gen + 1
+    WHERE id = $1 AND EXISTS (SELECT 1 FROM dropped WHERE status = 'publishing')
 )
 SELECT min(fire_time) FROM dropped

@@ -1,6 +1,7 @@
 -- Enabled jobs of the given shards due before now + lookahead ($2 ms), earliest first.
 -- Uses the partial index jobs_due; jobs that are not due are never read.
-SELECT id, schedule, misfire, misfire_threshold_ms, next_fire_at, now() AS db_now, job_type, route
+SELECT id, schedule, misfire, misfire_threshold_ms, next_fire_at, now() AS db_now, job_type, route,
+       shard, plan_gen
 FROM jobs
 WHERE enabled
   AND shard = ANY($1::int[])

@@ -258,18 +258,21 @@ fn as_json(job: &Job) -> ApiResult<Value> {
     serde_json::to_value(job).map_err(ApiError::internal)
 }
 
-/// Stores a changed job. Runs of its schedule that were written ahead and not yet published are
-/// dropped and written again by the scan from the new definition: with an unchanged schedule
-/// from the earliest dropped fire time (nothing is skipped), with a new schedule or on
-/// re-enabling from now (time spent disabled never fires).
+/// Stores a changed job. Runs of its schedule that were written ahead and not yet taken for
+/// sending (due later than `drop_after` from now) are dropped and written again by the scan from
+/// the new definition: with an unchanged schedule from the earliest dropped fire time (nothing
+/// is skipped), with a new schedule or on re-enabling from now (time spent disabled never
+/// fires).
 async fn store(
     tx: &mut Transaction<'_, Postgres>,
     current: &Job,
     spec: &JobSpec,
     schedule: &JobSchedule,
+    drop_after: std::time::Duration,
 ) -> ApiResult<Job> {
     let dropped: Option<DateTime<Utc>> = sqlx::query_scalar(sql!("jobs/drop_scheduled_runs"))
         .bind(current.id.0)
+        .bind(drop_after.as_millis() as f64)
         .fetch_one(&mut **tx)
         .await?;
     let now = Utc::now();
@@ -338,7 +341,7 @@ async fn modify(
     let locked = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
     // Locked, the job may have changed type since it was checked.
     p.require(Access::Write, locked.spec.job_type.as_str())?;
-    let job = store(&mut tx, &locked, &spec, &schedule).await?;
+    let job = store(&mut tx, &locked, &spec, &schedule, state.drop_claimed_after).await?;
     audit::done(
         &mut tx,
         &p.actor(),

@@ -53,6 +53,10 @@ pub struct AppState {
     pub api_token: Option<SecretString>,
     /// Live workers, from their heartbeats.
     pub registry: Arc<crate::route::registry::Registry>,
+    /// A job change drops the runs of its schedule written claimed only when they are due
+    /// later than this: the publish-ahead (when the holder takes a run for sending) plus a guard
+    /// for the holder's reading of the database clock.
+    pub drop_claimed_after: std::time::Duration,
 }
 
 pub type Shared = State<Arc<AppState>>;

@@ -343,7 +343,28 @@ pub(super) async fn cancel_run(
                 .await?;
             StatusCode::ACCEPTED
         }
-        Ok(RunStatus::Publishing) => return Err(refuse(BEING_PUBLISHED.to_owned())),
+        Ok(RunStatus::Publishing) => {
+            // Written claimed ahead by the scan and not yet taken for sending: cancelled as
+            // if it were `scheduled`; else it is being published.
+            let cancelled: i64 = sqlx::query_scalar(sql!("triggers/cancel_claimed"))
+                .bind(id)
+                .bind(job_id)
+                .bind(state.drop_claimed_after.as_millis() as f64)
+                .bind(format!("cancelled by {by}"))
+                .fetch_one(&mut *tx)
+                .await?;
+            if cancelled == 0 {
+                return Err(refuse(BEING_PUBLISHED.to_owned()));
+            }
+            counted = crate::outcome::after_terminal(
+                &mut tx,
+                &state.registry,
+                &[(id, RunStatus::Cancelled)],
+            )
+            .await?
+            .ended;
+            StatusCode::OK
+        }
         _ => return Err(refuse(format!("it already ended ({status})"))),
     };
     audit::done(

@@ -46,6 +46,29 @@ pub struct Route {
     pub worker: Option<WorkerId>,
 }
 
+/// What routing a run needs to know about it.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteInput<'a> {
+    pub run: RunRef,
+    pub job_type: &'a cadenza_schemas::JobType,
+    /// A manual trigger's chosen worker.
+    pub requested_worker: Option<&'a str>,
+}
+
+impl<'a> RouteInput<'a> {
+    pub fn of(t: &'a PendingTrigger) -> Self {
+        Self {
+            run: RunRef {
+                job_id: t.job_id,
+                route: t.route,
+                shard_index: t.shard_index,
+            },
+            job_type: &t.job_type,
+            requested_worker: t.requested_worker.as_deref(),
+        }
+    }
+}
+
 /// What a strategy knows about the run it routes.
 #[derive(Debug, Clone, Copy)]
 pub struct RunRef {
@@ -95,9 +118,14 @@ impl Router {
     /// Picks the partition of `t` on its topic of `partitions` partitions, from the workers
     /// live in `registry` now.
     pub fn select(&self, t: &PendingTrigger, partitions: i32, registry: &Registry) -> Route {
+        self.select_for(&RouteInput::of(t), partitions, registry)
+    }
+
+    /// [`Self::select`] for a run described by `t` (the scan routes runs before it writes them).
+    pub fn select_for(&self, t: &RouteInput<'_>, partitions: i32, registry: &Registry) -> Route {
         let now = Utc::now();
-        let candidates = registry.candidates(&t.job_type, t.job_id, partitions, now);
-        self.select_among(t, partitions, &candidates, now, rand::random())
+        let candidates = registry.candidates(t.job_type, t.run.job_id, partitions, now);
+        self.select_among_for(t, partitions, &candidates, now, rand::random())
     }
 
     fn ring(&self, candidates: &[Candidate]) -> Arc<hash::Ring> {
@@ -123,38 +151,41 @@ impl Router {
         now: DateTime<Utc>,
         random: u64,
     ) -> Route {
+        self.select_among_for(&RouteInput::of(t), partitions, candidates, now, random)
+    }
+
+    fn select_among_for(
+        &self,
+        t: &RouteInput<'_>,
+        partitions: i32,
+        candidates: &[Candidate],
+        now: DateTime<Utc>,
+        random: u64,
+    ) -> Route {
+        let RouteInput {
+            run,
+            requested_worker,
+            ..
+        } = *t;
         if candidates.is_empty() {
             return Route {
-                partition: hash::job_partition(t.job_id, partitions),
+                partition: hash::job_partition(run.job_id, partitions),
                 worker: None,
             };
         }
-        let ring = (t.route == RouteStrategy::ConsistentHash).then(|| self.ring(candidates));
+        let ring = (run.route == RouteStrategy::ConsistentHash).then(|| self.ring(candidates));
         let mut histories = self.histories.lock().unwrap_or_else(|p| p.into_inner());
-        if histories.len() >= MAX_HISTORIES && !histories.contains_key(&t.job_id) {
+        if histories.len() >= MAX_HISTORIES && !histories.contains_key(&run.job_id) {
             histories.clear();
         }
         let history = histories
-            .entry(t.job_id)
-            .or_insert_with(|| JobHistory::new(t.job_id));
+            .entry(run.job_id)
+            .or_insert_with(|| JobHistory::new(run.job_id));
         history.roll_window(now);
-        let requested = t
-            .requested_worker
-            .as_deref()
-            .and_then(|w| candidates.iter().position(|c| c.worker_id.0 == w));
-        let i = requested.unwrap_or_else(|| {
-            pick(
-                RunRef {
-                    job_id: t.job_id,
-                    route: t.route,
-                    shard_index: t.shard_index,
-                },
-                candidates,
-                history,
-                random,
-                ring.as_deref(),
-            )
-        });
+        let requested =
+            requested_worker.and_then(|w| candidates.iter().position(|c| c.worker_id.0 == w));
+        let i =
+            requested.unwrap_or_else(|| pick(run, candidates, history, random, ring.as_deref()));
         let chosen = &candidates[i];
         let partition = history.partition_for(chosen);
         history.record(&chosen.worker_id, candidates);
@@ -199,6 +230,7 @@ pub(crate) mod tests {
             route,
             requested_worker: None,
             workflow: None,
+            claim: None,
         }
     }
 

@@ -279,7 +279,12 @@ impl LeaseManager {
         });
         let gone: Vec<ShardId> = lost.iter().chain(&released).copied().collect();
         if !gone.is_empty() {
-            ctx.wheel.drop_shards(&gone);
+            let dropped = ctx.wheel.drop_shards(&gone);
+            let handed: Vec<_> = dropped
+                .into_iter()
+                .filter(|t| released.contains(&t.shard))
+                .collect();
+            super::recover::hand_back(ctx, &handed).await;
         }
         if !released.is_empty() {
             sqlx::query(sql!("lease/release"))
@@ -399,11 +404,18 @@ impl LeaseManager {
 
     /// Gives every held shard back and leaves the `admins` table (shutdown).
     pub async fn release_all(&self) {
-        let shards: Vec<i32> = self.ctx.leases.read(|v| ShardId::to_db_all(v.held.keys()));
+        let held: Vec<ShardId> = self.ctx.leases.read(|v| v.held.keys().copied().collect());
+        let shards: Vec<i32> = ShardId::to_db_all(&held);
+        let trusted = self.ctx.leases.is_valid();
         self.ctx.leases.write(|v| {
             v.held.clear();
             v.valid_until = None;
         });
+        // The publisher has stopped: what is left in the timer was never taken for sending.
+        let dropped = self.ctx.wheel.drop_shards(&held);
+        if trusted {
+            super::recover::hand_back(&self.ctx, &dropped).await;
+        }
         crate::metrics::metrics().shards_held.set(0);
         if !shards.is_empty() {
             match sqlx::query(sql!("lease/release"))

@@ -40,6 +40,11 @@ pub use error::SchedulerError;
 /// Channel on which the API announces triggers it inserted (payload `<shard>:<trigger id>`).
 pub const NOTIFY_CHANNEL: &str = "cadenza_trigger";
 
+/// How far an admin's reading of the database clock may be off, as far as dropping runs is
+/// concerned: a job change drops runs written claimed only when they are due later than the
+/// publish-ahead plus this, so it never drops one the holder has taken for sending.
+pub const CLOCK_GUARD: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Everything the scheduler's services share.
 pub struct SchedulerContext {
     pub pool: PgPool,
@@ -55,6 +60,9 @@ pub struct SchedulerContext {
     pub kafka: Arc<KafkaClients>,
     /// Live workers, from their heartbeats (routing and broadcast shard counts).
     pub registry: Arc<crate::route::registry::Registry>,
+    /// The partition selector (the scan routes the runs it writes claimed, the publisher the
+    /// others); it keeps each job's routing history.
+    pub router: crate::route::Router,
     /// Held while runs left `publishing` are read back: one read-back at a time, so two cannot
     /// act on the same runs.
     pub read_back: tokio::sync::Mutex<()>,

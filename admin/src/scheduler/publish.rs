@@ -25,7 +25,7 @@
 //! its own task, beside the next batches (up to [`MAX_BATCHES_IN_FLIGHT`] batches marked and not
 //! yet acknowledged), so a batch waiting for its fire times or its acknowledgements delays no
 //! other.
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +42,7 @@ use super::{SchedulerContext, SchedulerError};
 use crate::guard;
 use crate::ids::{LeaseEpoch, ShardId};
 use crate::metrics::{metrics, JobTypeLabel};
-use crate::route::{Route, Router};
+use crate::route::Route;
 use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
@@ -77,7 +77,6 @@ struct Routed {
 
 pub struct Publisher {
     ctx: Arc<SchedulerContext>,
-    router: Router,
 }
 
 /// What one batch did.
@@ -115,10 +114,7 @@ fn traceparent() -> String {
 
 impl Publisher {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
-        Self {
-            ctx,
-            router: Router::default(),
-        }
+        Self { ctx }
     }
 
     /// Publishes due triggers until `stop`; batches claimed are sent and recorded first.
@@ -200,6 +196,21 @@ impl Publisher {
                 outcome.skipped += 1;
                 continue;
             };
+            if let Some(claim) = &trigger.claim {
+                // Written claimed by the scan: sent only under the epoch its row is marked
+                // with; one of an earlier epoch is left to the read-back.
+                if claim.epoch != term.epoch {
+                    outcome.skipped += 1;
+                    continue;
+                }
+                let route = claim.route.clone();
+                routed.push(Routed {
+                    trigger,
+                    route,
+                    term,
+                });
+                continue;
+            }
             let partitions = self
                 .ctx
                 .kafka
@@ -209,7 +220,10 @@ impl Publisher {
                     job_type: trigger.job_type.as_str().to_owned(),
                     source: e.into(),
                 })?;
-            let route = self.router.select(&trigger, partitions, &self.ctx.registry);
+            let route = self
+                .ctx
+                .router
+                .select(&trigger, partitions, &self.ctx.registry);
             routed.push(Routed {
                 trigger,
                 route,
@@ -221,8 +235,12 @@ impl Publisher {
 }
 
 /// Step 2: marks the routed triggers `publishing` with their partition and epoch, in one
-/// transaction with the check of their shards' leases ([`lease::confirm`]). Returns those
-/// marked; the others (lease lost, or no longer `scheduled`) count as skipped.
+/// transaction with the check of their shards' leases ([`lease::confirm`]). Runs the scan wrote
+/// already claimed need no mark: the transaction locks their jobs `FOR KEY SHARE` and reads
+/// their `plan_gen`; where a job change dropped runs written ahead since (its `plan_gen` moved
+/// on), only the runs still there are sent. A job change waits for that lock, so it never drops
+/// a run taken here. Returns those to send; the others (lease lost, no longer `scheduled`, or
+/// dropped by a job change) count as skipped.
 async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, SchedulerError> {
     let RoutedBatch {
         mut routed,
@@ -243,22 +261,50 @@ async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, S
         .map(|t| t.shard)
         .collect();
     routed.retain(|r| valid.contains(&r.trigger.shard));
-    let claimed: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
-        .bind(routed.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
-        .bind(routed.iter().map(|r| r.route.partition).collect::<Vec<_>>())
-        .bind(
-            routed
-                .iter()
-                .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
-                .collect::<Vec<_>>(),
-        )
-        .bind(routed.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
-        .fetch_all(&mut *tx)
-        .await?;
+    let (pre, fresh): (Vec<&Routed>, Vec<&Routed>) =
+        routed.iter().partition(|r| r.trigger.claim.is_some());
+    let mut keep: HashSet<i64> = HashSet::with_capacity(routed.len());
+    if !fresh.is_empty() {
+        let marked: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
+            .bind(fresh.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+            .bind(fresh.iter().map(|r| r.route.partition).collect::<Vec<_>>())
+            .bind(
+                fresh
+                    .iter()
+                    .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(fresh.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await?;
+        keep.extend(marked);
+    }
+    if !pre.is_empty() {
+        let mut jobs: Vec<i64> = pre.iter().map(|r| r.trigger.job_id.0).collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let gens: HashMap<i64, i64> = sqlx::query_as::<_, (i64, i64)>(sql!("publish/check_plans"))
+            .bind(&jobs)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+        let (current, changed): (Vec<&Routed>, Vec<&Routed>) = pre.iter().partition(|r| {
+            r.trigger.claim.as_ref().map(|c| c.plan_gen) == gens.get(&r.trigger.job_id.0).copied()
+        });
+        keep.extend(current.iter().map(|r| r.trigger.id.0));
+        if !changed.is_empty() {
+            let still: Vec<i64> = sqlx::query_scalar(sql!("publish/still_claimed"))
+                .bind(changed.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+                .bind(changed.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await?;
+            keep.extend(still);
+        }
+    }
     tx.commit().await?;
-    let claimed: HashSet<i64> = claimed.into_iter().collect();
-    outcome.skipped += before - claimed.len();
-    routed.retain(|r| claimed.contains(&r.trigger.id.0));
+    routed.retain(|r| keep.contains(&r.trigger.id.0));
+    outcome.skipped += before - routed.len();
     Ok(Claimed {
         claimed: routed,
         outcome,

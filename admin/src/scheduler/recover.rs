@@ -69,6 +69,34 @@ async fn load_pending(
     Ok(n)
 }
 
+/// Puts the runs written claimed that this admin had not taken for sending (`dropped` from its
+/// timer) back to `scheduled`, for the next holder of their shards to load at once. Called while
+/// the shards are still held, before they are handed back; if it fails, the next holder reads
+/// them back once the lease margin has passed.
+pub async fn hand_back(ctx: &SchedulerContext, dropped: &[crate::trigger::PendingTrigger]) {
+    let (ids, epochs): (Vec<i64>, Vec<LeaseEpoch>) = dropped
+        .iter()
+        .filter_map(|t| t.claim.as_ref().map(|c| (t.id.0, c.epoch)))
+        .unzip();
+    if ids.is_empty() {
+        return;
+    }
+    match sqlx::query(sql!("recover/hand_back"))
+        .bind(&ids)
+        .bind(&epochs)
+        .execute(&ctx.pool)
+        .await
+    {
+        Ok(r) => tracing::debug!(
+            runs = r.rows_affected(),
+            "claimed runs not yet taken handed back as scheduled"
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, runs = ids.len(), "handing back claimed runs failed; the next holder reads them back after the lease margin")
+        }
+    }
+}
+
 async fn load_one(ctx: &SchedulerContext, id: i64) -> Result<(), SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/get_pending"))
         .bind(id)
@@ -151,6 +179,14 @@ pub async fn resolve_publishing(
         .bind(which == ReadBack::AfterTakeover)
         .fetch_all(&ctx.pool)
         .await?;
+    // Runs this admin wrote claimed and still holds in its timer (or is sending) are not
+    // settled, however long ago they were marked: the scan writes them up to the planning
+    // horizon ahead of their fire time.
+    let waiting = ctx.wheel.known_among(rows.iter().map(|r| r.id));
+    let rows: Vec<PublishingRow> = rows
+        .into_iter()
+        .filter(|r| !waiting.contains(&r.id))
+        .collect();
     if rows.is_empty() {
         return Ok(Resolved::default());
     }

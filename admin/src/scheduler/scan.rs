@@ -3,10 +3,13 @@
 //! is decided without I/O: [`plan_fires`] applies the misfire rules to one job, `expand` turns
 //! the plans into rows.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{MisfireStrategy, RunStatus, Schedule, TriggerKind};
+use cadenza_schemas::{
+    JobId, JobType, MisfireStrategy, RouteStrategy, RunStatus, Schedule, TriggerKind,
+};
 use cadenza_worker::telemetry;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
@@ -17,6 +20,7 @@ use sqlx::PgConnection;
 use super::{lease, SchedulerContext, SchedulerError};
 use crate::guard::{self, Backoff};
 use crate::ids::ShardId;
+use crate::route::{RouteInput, RunRef};
 use crate::schedule::JobSchedule;
 use crate::trigger::{rows_to_pending, PendingRow};
 
@@ -153,6 +157,8 @@ struct DueJob {
     db_now: DateTime<Utc>,
     job_type: String,
     route: String,
+    shard: i32,
+    plan_gen: i64,
 }
 
 pub struct Scanner {
@@ -220,6 +226,12 @@ struct Expansion {
     t_time: Vec<DateTime<Utc>>,
     t_shard_index: Vec<i32>,
     t_shard_total: Vec<i32>,
+    /// Index in the due jobs of each row's job.
+    t_due: Vec<usize>,
+    /// Of a run written claimed (`publishing`): its partition, routed worker and lease epoch.
+    t_partition: Vec<Option<i32>>,
+    t_worker: Vec<Option<String>>,
+    t_epoch: Vec<Option<i64>>,
     a_job: Vec<i64>,
     a_next: Vec<Option<DateTime<Utc>>>,
     a_enabled: Vec<bool>,
@@ -234,7 +246,7 @@ fn expand(
     broadcast_runs: impl Fn(&DueJob) -> i32,
 ) -> Expansion {
     let mut x = Expansion::default();
-    for job in due {
+    for (j, job) in due.iter().enumerate() {
         let plan = plan_job(job, horizon);
         let runs = broadcast_runs(job);
         for f in &plan.fires {
@@ -250,6 +262,10 @@ fn expand(
                 x.t_time.push(f.fire_time);
                 x.t_shard_index.push(i);
                 x.t_shard_total.push(n);
+                x.t_due.push(j);
+                x.t_partition.push(None);
+                x.t_worker.push(None);
+                x.t_epoch.push(None);
             }
         }
         x.a_job.push(job.id);
@@ -275,6 +291,9 @@ async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, Schedu
         .bind(&x.t_time)
         .bind(&x.t_shard_index)
         .bind(&x.t_shard_total)
+        .bind(&x.t_partition)
+        .bind(&x.t_worker)
+        .bind(&x.t_epoch)
         .fetch_all(&mut *conn)
         .await?;
     let misfired: Vec<i64> = rows
@@ -297,9 +316,80 @@ async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, Schedu
 /// one writes its batch.
 pub const SCANNERS: usize = 2;
 
+/// What the scan needs to route a due job's runs: its job type, strategy, the number of
+/// partitions of its topic, and the lease epoch of its shard.
+type Routing = (JobType, RouteStrategy, i32, i64);
+
 impl Scanner {
     pub fn new(ctx: Arc<SchedulerContext>) -> Self {
         Self { ctx }
+    }
+
+    /// Step 3b: claims the `scheduled` rows of `x` for publication as they are written: routes
+    /// each (partition and worker, as the publisher would when it takes it) and marks it
+    /// `publishing` under the confirmed lease epoch of its shard, so it is written once before
+    /// it is sent. A row whose job type or strategy cannot be read, or whose topic cannot be
+    /// reached now, stays `scheduled` for the publisher to route and mark.
+    async fn claim(&self, x: &mut Expansion, due: &[DueJob], confirmed: &[lease::Term]) {
+        let epochs: HashMap<i32, i64> = confirmed
+            .iter()
+            .map(|t| (t.shard.to_db(), t.epoch.0))
+            .collect();
+        let mut partitions: HashMap<String, Option<i32>> = HashMap::new();
+        // Per due job, once looked at: what routing it needs, or `None` when its rows stay
+        // `scheduled`.
+        let mut jobs: Vec<Option<Option<Routing>>> = vec![None; due.len()];
+        for r in 0..x.t_job.len() {
+            if x.t_status[r] != RunStatus::Scheduled.as_str() {
+                continue;
+            }
+            let j = x.t_due[r];
+            if jobs[j].is_none() {
+                let job = &due[j];
+                let parsed = (
+                    JobType::parse(&job.job_type),
+                    job.route.parse::<RouteStrategy>(),
+                    epochs.get(&job.shard),
+                );
+                jobs[j] = Some(match parsed {
+                    (Ok(job_type), Ok(route), Some(epoch)) => {
+                        let n = match partitions.get(&job.job_type) {
+                            Some(n) => *n,
+                            None => {
+                                let n = self
+                                    .ctx
+                                    .kafka
+                                    .ensure_trigger_topic(&self.ctx.pool, &job_type)
+                                    .await
+                                    .map_err(|e| tracing::warn!(job_type = %job.job_type, error = %e, "trigger topic not reachable; its runs are written scheduled and routed when they are taken"))
+                                    .ok();
+                                partitions.insert(job.job_type.clone(), n);
+                                n
+                            }
+                        };
+                        n.map(|n| (job_type, route, n, *epoch))
+                    }
+                    _ => None,
+                });
+            }
+            let Some(Some((job_type, route, n, epoch))) = &jobs[j] else {
+                continue;
+            };
+            let input = RouteInput {
+                run: RunRef {
+                    job_id: JobId(due[j].id),
+                    route: *route,
+                    shard_index: u32::try_from(x.t_shard_index[r]).unwrap_or(0),
+                },
+                job_type,
+                requested_worker: None,
+            };
+            let chosen = self.ctx.router.select_for(&input, *n, &self.ctx.registry);
+            x.t_status[r] = RunStatus::Publishing.as_str();
+            x.t_partition[r] = Some(chosen.partition);
+            x.t_worker[r] = chosen.worker.map(|w| w.0);
+            x.t_epoch[r] = Some(*epoch);
+        }
     }
 
     /// One batch, in one transaction:
@@ -365,19 +455,27 @@ impl Scanner {
             let horizon = chrono::Duration::milliseconds(
                 i64::try_from(cfg.plan_horizon_ms()).unwrap_or(i64::MAX),
             );
-            let expansion = expand(&due, horizon, |job| {
+            let mut expansion = expand(&due, horizon, |job| {
                 self.ctx
                     .registry
                     .shard_total_stored(&job.route, &job.job_type)
             });
+            self.claim(&mut expansion, &due, &confirmed).await;
             // 4.
             let inserted = write(&mut tx, &expansion).await?;
             tx.commit().await?;
             inserted.ended.record();
             let written = inserted.rows.len();
             tracing::Span::current().record("triggers", written);
-            // 5.
-            self.ctx.wheel.insert(rows_to_pending(inserted.rows));
+            // 5. Each claimed run remembers the job's plan_gen it was written under.
+            let gens: HashMap<i64, i64> = due.iter().map(|j| (j.id, j.plan_gen)).collect();
+            let mut pending = rows_to_pending(inserted.rows);
+            for p in &mut pending {
+                if let Some(claim) = &mut p.claim {
+                    claim.plan_gen = gens.get(&p.job_id.0).copied().unwrap_or(0);
+                }
+            }
+            self.ctx.wheel.insert(pending);
             Ok::<_, SchedulerError>(ScanOutcome {
                 jobs: due.len(),
                 triggers: written,
@@ -636,6 +734,8 @@ mod tests {
             db_now: t(now),
             job_type: "t".to_owned(),
             route: "sharding_broadcast".to_owned(),
+            shard: 0,
+            plan_gen: 0,
         }
     }
 

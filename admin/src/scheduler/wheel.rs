@@ -53,9 +53,9 @@ impl Wheel {
         }
     }
 
-    /// Forgets the triggers of shards this admin no longer holds; their rows stay `scheduled`
-    /// for the new holder.
-    pub fn drop_shards(&self, shards: &[ShardId]) {
+    /// Forgets the triggers of shards this admin no longer holds and returns them (none of them
+    /// was handed to the publisher); their rows stay as they are for the new holder.
+    pub fn drop_shards(&self, shards: &[ShardId]) -> Vec<PendingTrigger> {
         let mut inner = self.lock();
         let gone: Vec<(i64, i64)> = inner
             .queue
@@ -63,10 +63,21 @@ impl Wheel {
             .filter(|(_, t)| shards.contains(&t.shard))
             .map(|(k, _)| *k)
             .collect();
+        let mut dropped = Vec::with_capacity(gone.len());
         for k in gone {
-            inner.queue.remove(&k);
+            dropped.extend(inner.queue.remove(&k));
             inner.known.remove(&k.1);
         }
+        dropped
+    }
+
+    /// Which of `ids` are waiting here or were handed to the publisher and not yet settled: their
+    /// sends have not been made (or are in flight), so a read-back must not take them.
+    pub fn known_among(&self, ids: impl IntoIterator<Item = i64>) -> HashSet<i64> {
+        let inner = self.lock();
+        ids.into_iter()
+            .filter(|id| inner.known.contains(id))
+            .collect()
     }
 
     /// Marks triggers handed out by [`Wheel::next_due`] as settled (published, or given back to
@@ -172,6 +183,7 @@ mod tests {
             route: RouteStrategy::Round,
             requested_worker: None,
             workflow: None,
+            claim: None,
         }
     }
 

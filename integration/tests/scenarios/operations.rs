@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use cadenza_integration::scenario::{all_runs, time};
@@ -1105,4 +1106,109 @@ async fn an_operator_cancels_waiting_running_and_unpublished_runs() {
         .filter(|e| e["action"] == "run.cancel")
         .count();
     assert_eq!(cancels, 3, "{audit}");
+}
+
+/// The scan writes a schedule's runs up to twice the look-ahead before their fire time, already
+/// claimed for publication. One of them due later than the publish-ahead is still cancelled at
+/// once and never sent; a change of the job drops the others written ahead and writes them again
+/// with the new parameters. Every other fire time is sent once.
+#[tokio::test]
+async fn a_schedule_run_written_ahead_is_cancelled_or_changed_before_it_is_sent() {
+    let (cluster, admin, _w) = start(&[], "ops.sleep=sleep", "ops").await;
+    let api = &admin.api();
+    let job = api
+        .create_job(&json!({"name": "often", "job_type": "ops.sleep",
+            "schedule": {"kind": "fix_rate", "every_ms": 1000}, "params": "0"}))
+        .await
+        .unwrap();
+    let fire_time = |r: &Value| {
+        DateTime::parse_from_rfc3339(r["fire_time"].as_str().unwrap())
+            .unwrap()
+            .with_timezone(&Utc)
+    };
+    // A run written ahead, due 2 s or more from now (publish-ahead 250 ms plus the 250 ms guard).
+    let ahead = wait_for(WAIT, "a run written ahead", || async {
+        Ok(all_runs(api, job).await.into_iter().find(|r| {
+            r["status"] == "publishing" && fire_time(r) > Utc::now() + chrono::Duration::seconds(2)
+        }))
+    })
+    .await
+    .unwrap();
+    let id = ahead["id"].as_i64().unwrap();
+    let (status, body) = api
+        .post_empty(&format!("/api/triggers/{id}/cancel"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "cancelled", "{body}");
+
+    // A change of parameters: what was written ahead is written again with them.
+    let (status, body) = api
+        .patch_json(&format!("/api/jobs/{job}"), &json!({"params": "1"}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let changed_at = Utc::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (status, _) = api
+        .patch_json(&format!("/api/jobs/{job}"), &json!({"enabled": false}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let runs = all_runs(api, job).await;
+    let (_, cancelled) = api.get_json(&format!("/api/triggers/{id}")).await.unwrap();
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert_eq!(cancelled["published_at"], Value::Null, "{cancelled}");
+    let topic = format!("{}.trigger.ops.sleep", cluster.topic_prefix());
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let mut sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in &records {
+        if let Ok(v) = r.payload_json() {
+            if v["type"] == "trigger" && v["job_id"] == job {
+                sent.entry(v["fire_time"].as_str().unwrap_or_default().to_owned())
+                    .or_default()
+                    .push(v["params"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    assert!(
+        sent.values().all(|p| p.len() == 1),
+        "a fire time sent twice: {sent:?}"
+    );
+    let cancelled_at = fire_time(&cancelled);
+    let times: Vec<DateTime<Utc>> = sent
+        .keys()
+        .map(|t| DateTime::parse_from_rfc3339(t).unwrap().with_timezone(&Utc))
+        .collect();
+    assert!(
+        !times.contains(&cancelled_at),
+        "the cancelled run was sent: {sent:?}"
+    );
+    // Every other fire time from the first to the last sent one, 1 s apart.
+    let (first, last) = (times[0], times[times.len() - 1]);
+    let expected =
+        (last - first).num_seconds() + 1 - i64::from(cancelled_at > first && cancelled_at < last);
+    assert_eq!(times.len() as i64, expected, "a fire time lost: {sent:?}");
+    // Runs due more than a second after the change carry the new parameters.
+    let late: Vec<&Value> = runs
+        .iter()
+        .filter(|r| {
+            fire_time(r) > changed_at + chrono::Duration::seconds(1) && r["status"] != "cancelled"
+        })
+        .collect();
+    assert!(!late.is_empty(), "{runs:#?}");
+    for (t, params) in &sent {
+        let at = DateTime::parse_from_rfc3339(t).unwrap().with_timezone(&Utc);
+        if at > changed_at + chrono::Duration::seconds(1) {
+            assert_eq!(
+                params,
+                &vec!["1".to_owned()],
+                "sent at {t} with old parameters: {sent:?}"
+            );
+        }
+    }
 }

@@ -63,6 +63,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
         lateness: Default::default(),
         kafka,
         registry: Arc::new(Registry::new(cluster.topics(), Duration::from_secs(10))),
+        router: Default::default(),
         read_back: tokio::sync::Mutex::new(()),
     });
     (ctx, pool)
