@@ -403,7 +403,7 @@ async function runsPage() {
 const ENDED = new Set(["succeeded", "failed", "timed_out", "cancelled", "discarded", "lost", "misfired"]);
 
 /** Statuses a run can be cancelled in (publishing: wait a moment). */
-const CANCELLABLE = new Set(["scheduled", "published", "running"]);
+const CANCELLABLE = new Set(["scheduled", "publishing", "published", "running"]);
 
 async function runPage(id) {
   const run = await api("GET", `/api/triggers/${id}`);

@@ -135,9 +135,11 @@ pub struct SchedulerArgs {
     /// twice this far ahead.
     #[arg(long, env = "CADENZA_LOOKAHEAD_MS", default_value_t = 2_000)]
     pub lookahead_ms: u64,
-    /// How long before their fire time triggers are claimed for publication (routed and marked
-    /// `publishing` in the database), in ms; each is handed to the producer at its fire time.
-    /// Keeps the database transaction out of the fire lateness. Capped at the lookahead.
+    /// How long before their fire time triggers are taken for publication, in ms (a schedule's
+    /// runs, written already routed and `publishing` by the scan, are checked against job
+    /// changes; others are routed and marked `publishing`); each is handed to the producer at its
+    /// fire time. Keeps the database transaction out of the fire lateness. Capped at the
+    /// lookahead.
     #[arg(long, env = "CADENZA_PUBLISH_AHEAD_MS", default_value_t = 250)]
     pub publish_ahead_ms: u64,
     /// How long after its delivery a run that no worker started meanwhile is recorded

@@ -3,11 +3,14 @@
 //!
 //! 1. Route (`Publisher::route`, in the publisher's loop): each trigger due within the publish-ahead window
 //!    (`CADENZA_PUBLISH_AHEAD_MS`) of a shard this admin holds gets its partition from the
-//!    selector, and keeps the shard's [`Term`].
-//! 2. Ledger (`ledger`): the routed triggers are marked `publishing` with their partition and epoch, in one
-//!    transaction that checks this admin still holds each shard at that epoch
-//!    ([`lease::confirm`]). Doing this ahead of the fire time keeps the transaction out of the
-//!    fire lateness.
+//!    selector, and keeps the shard's [`Term`]. A run the scan wrote already claimed (routed,
+//!    `publishing` under its shard's epoch) keeps its partition, and only if that epoch is the
+//!    shard's term now.
+//! 2. Ledger (`ledger`): one transaction that checks this admin still holds each shard at that
+//!    epoch ([`lease::confirm`]), locks the jobs of the runs written claimed `FOR KEY SHARE` to
+//!    check their `plan_gen` (a job change dropped some of them), and marks the other routed
+//!    triggers `publishing` with their partition and epoch. Doing this ahead of the fire time
+//!    keeps the transaction out of the fire lateness.
 //! 3. Produce ([`produce`]): at its fire time each is handed to the producer (idempotent,
 //!    `acks=all`), only while this admin still holds its shard at the epoch it was marked under
 //!    and trusts that lease by its own clock; the producer's
@@ -54,6 +57,8 @@ const MAX_RECORD: usize = 20_000;
 const MAX_WAITING: usize = 500_000;
 /// Batches marked and not yet acknowledged.
 pub const MAX_BATCHES_IN_FLIGHT: usize = 32;
+/// Pause after a batch's ledger transaction failed, before its claimed runs are taken again.
+const FAILED_BATCH_PAUSE: Duration = Duration::from_millis(200);
 
 /// A batch routed, in fire time order, to be marked `publishing` (step 2).
 pub struct RoutedBatch {
@@ -141,12 +146,18 @@ impl Publisher {
             let ids: Vec<i64> = batch.iter().map(|t| t.id.0).collect();
             // Marked one batch after another, so the runs of a job reach the topic in fire
             // time order.
+            let mut routed = self.route(batch).await;
             let round = async {
-                let routed = self.route(batch).await?;
-                ledger(&self.ctx, routed).await.map_err(anyhow::Error::from)
+                ledger(&self.ctx, &mut routed)
+                    .await
+                    .map_err(anyhow::Error::from)
             };
             match guard::round("publication", round).await {
-                Ok(claimed) => {
+                Ok(()) => {
+                    let claimed = Claimed {
+                        claimed: routed.routed,
+                        outcome: routed.outcome,
+                    };
                     let ctx = self.ctx.clone();
                     let recorder = recorder.clone();
                     in_flight.spawn(async move {
@@ -173,8 +184,23 @@ impl Publisher {
                     });
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, "publication batch failed; its triggers stay scheduled");
+                    // Nothing of the batch was sent. Runs the scan wrote claimed go back to the
+                    // timer (their take wrote nothing); the others stay `scheduled` (or are
+                    // read back, if their mark was committed after all) and the sweep loads
+                    // them again.
+                    let back: Vec<PendingTrigger> = routed
+                        .routed
+                        .into_iter()
+                        .filter(|r| r.trigger.claim.is_some())
+                        .map(|r| r.trigger)
+                        .collect();
+                    tracing::error!(error = %e, retried = back.len(), "publication batch failed; its runs are taken again");
                     self.ctx.wheel.settle(ids);
+                    self.ctx.wheel.insert(back);
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = tokio::time::sleep(FAILED_BATCH_PAUSE) => {}
+                    }
                 }
             }
         }
@@ -188,7 +214,7 @@ impl Publisher {
 
     /// Step 1: the partition of each trigger of a shard held right now, with the shard's term;
     /// triggers of other shards are skipped.
-    async fn route(&self, batch: Vec<PendingTrigger>) -> Result<RoutedBatch, SchedulerError> {
+    async fn route(&self, batch: Vec<PendingTrigger>) -> RoutedBatch {
         let mut outcome = PublishOutcome::default();
         let mut routed = Vec::with_capacity(batch.len());
         for trigger in batch {
@@ -211,15 +237,21 @@ impl Publisher {
                 });
                 continue;
             }
-            let partitions = self
+            // A run whose topic cannot be reached now stays `scheduled` (the sweep loads it
+            // again); the rest of the batch goes on.
+            let partitions = match self
                 .ctx
                 .kafka
                 .ensure_trigger_topic(&self.ctx.pool, &trigger.job_type)
                 .await
-                .map_err(|e| SchedulerError::TriggerTopic {
-                    job_type: trigger.job_type.as_str().to_owned(),
-                    source: e.into(),
-                })?;
+            {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(trigger_id = trigger.id.0, job_type = trigger.job_type.as_str(), error = %e, "trigger topic not reachable; the run stays scheduled");
+                    outcome.skipped += 1;
+                    continue;
+                }
+            };
             let route = self
                 .ctx
                 .router
@@ -230,7 +262,7 @@ impl Publisher {
                 term,
             });
         }
-        Ok(RoutedBatch { routed, outcome })
+        RoutedBatch { routed, outcome }
     }
 }
 
@@ -241,16 +273,10 @@ impl Publisher {
 /// on), only the runs still there are sent. A job change waits for that lock, so it never drops
 /// a run taken here. Returns those to send; the others (lease lost, no longer `scheduled`, or
 /// dropped by a job change) count as skipped.
-async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, SchedulerError> {
-    let RoutedBatch {
-        mut routed,
-        mut outcome,
-    } = batch;
+async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), SchedulerError> {
+    let RoutedBatch { routed, outcome } = batch;
     if routed.is_empty() {
-        return Ok(Claimed {
-            claimed: routed,
-            outcome,
-        });
+        return Ok(());
     }
     let before = routed.len();
     let terms: Vec<Term> = routed.iter().map(|r| r.term).collect();
@@ -264,21 +290,8 @@ async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, S
     let (pre, fresh): (Vec<&Routed>, Vec<&Routed>) =
         routed.iter().partition(|r| r.trigger.claim.is_some());
     let mut keep: HashSet<i64> = HashSet::with_capacity(routed.len());
-    if !fresh.is_empty() {
-        let marked: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
-            .bind(fresh.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
-            .bind(fresh.iter().map(|r| r.route.partition).collect::<Vec<_>>())
-            .bind(
-                fresh
-                    .iter()
-                    .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(fresh.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await?;
-        keep.extend(marked);
-    }
+    // The jobs first: a job change holds its job's lock while it drops rows, so taking the
+    // rows' locks (the marks) before the jobs' could deadlock with it.
     if !pre.is_empty() {
         let mut jobs: Vec<i64> = pre.iter().map(|r| r.trigger.job_id.0).collect();
         jobs.sort_unstable();
@@ -302,13 +315,25 @@ async fn ledger(ctx: &SchedulerContext, batch: RoutedBatch) -> Result<Claimed, S
             keep.extend(still);
         }
     }
+    if !fresh.is_empty() {
+        let marked: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
+            .bind(fresh.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+            .bind(fresh.iter().map(|r| r.route.partition).collect::<Vec<_>>())
+            .bind(
+                fresh
+                    .iter()
+                    .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(fresh.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await?;
+        keep.extend(marked);
+    }
     tx.commit().await?;
     routed.retain(|r| keep.contains(&r.trigger.id.0));
     outcome.skipped += before - routed.len();
-    Ok(Claimed {
-        claimed: routed,
-        outcome,
-    })
+    Ok(())
 }
 
 /// Step 3: hands each claimed trigger to the producer at its fire time (by the database clock),

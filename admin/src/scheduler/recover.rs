@@ -128,10 +128,10 @@ pub enum ReadBack {
     Settled,
 }
 
-/// How long after its `publishing` mark a run's send has landed or failed, whoever made it: the
-/// run is sent at its fire time, at most the publish-ahead after its mark (plus however long the
-/// marking transaction took), and its delivery times out before the lease margin ends; twice the
-/// margin leaves about the margin again to spare.
+/// How long after its `publishing` mark and its fire time a run's send has landed or failed,
+/// whoever made it: the run is sent at its fire time (a run the holder still has in its timer,
+/// late, is left out by the caller), and its delivery times out before the lease margin ends;
+/// twice the margin leaves about the margin again to spare.
 pub fn settled_after_ms(config: &crate::config::SchedulerArgs) -> u64 {
     let ahead = u64::try_from(config.publish_ahead().as_millis()).unwrap_or(u64::MAX);
     config

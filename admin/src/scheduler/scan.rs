@@ -1,5 +1,5 @@
-//! The scan: claim due jobs of held shards and write their fire times down as `scheduled`
-//! triggers, one transaction per batch ([`Scanner::run_once`]). What a batch of due jobs becomes
+//! The scan: claim due jobs of held shards and write their fire times down as triggers, routed
+//! and `publishing` under their shard's lease epoch, one transaction per batch ([`Scanner::run_once`]). What a batch of due jobs becomes
 //! is decided without I/O: [`plan_fires`] applies the misfire rules to one job, `expand` turns
 //! the plans into rows.
 
@@ -401,7 +401,7 @@ impl Scanner {
     /// 3. expand them into trigger rows up to the planning horizon (twice the lookahead) and job
     ///    advances (`expand`, no I/O);
     /// 4. write them: insert the triggers, advance the jobs, follow up the misfired runs, commit;
-    /// 5. hand the `scheduled` triggers to the timer.
+    /// 5. hand the triggers (`publishing`, or `scheduled` where routing failed) to the timer.
     pub async fn run_once(&self) -> Result<ScanOutcome, SchedulerError> {
         let started = std::time::Instant::now();
         let cfg = &self.ctx.config;
@@ -463,7 +463,12 @@ impl Scanner {
             self.claim(&mut expansion, &due, &confirmed).await;
             // 4.
             let inserted = write(&mut tx, &expansion).await?;
-            tx.commit().await?;
+            let ids: Vec<i64> = inserted.rows.iter().map(|r| r.id).collect();
+            self.ctx.wheel.reserve(ids.iter().copied());
+            if let Err(e) = tx.commit().await {
+                self.ctx.wheel.unreserve(ids);
+                return Err(e.into());
+            }
             inserted.ended.record();
             let written = inserted.rows.len();
             tracing::Span::current().record("triggers", written);
@@ -476,6 +481,8 @@ impl Scanner {
                 }
             }
             self.ctx.wheel.insert(pending);
+            // Rows the timer does not take (misfired, unreadable) are no longer on their way.
+            self.ctx.wheel.unreserve(ids);
             Ok::<_, SchedulerError>(ScanOutcome {
                 jobs: due.len(),
                 triggers: written,

@@ -1,7 +1,8 @@
-//! The timer: scheduled triggers wait here, ordered by fire time, until they are due.
+//! The timer: triggers wait here, ordered by fire time, until they are due.
 //!
 //! Millisecond resolution (tokio's timer), unlike XXL-JOB's one-second ring. The wheel is only a
-//! cache of `scheduled` rows that are committed in the database: losing it loses nothing.
+//! cache of rows committed in the database (`scheduled`, or `publishing` as the scan writes a
+//! schedule's runs): losing it loses nothing.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Mutex;
@@ -19,6 +20,8 @@ struct Inner {
     queue: BTreeMap<(i64, i64), PendingTrigger>,
     /// ids in the queue or handed to the publisher and not yet settled
     known: HashSet<i64>,
+    /// ids of runs written by a scan transaction that is committing, not yet inserted
+    reserved: HashSet<i64>,
 }
 
 #[derive(Default)]
@@ -40,6 +43,7 @@ impl Wheel {
         let mut inner = self.lock();
         let before = inner.queue.keys().next().copied();
         for t in triggers {
+            inner.reserved.remove(&t.id.0);
             if inner.known.insert(t.id.0) {
                 inner
                     .queue
@@ -76,8 +80,22 @@ impl Wheel {
     pub fn known_among(&self, ids: impl IntoIterator<Item = i64>) -> HashSet<i64> {
         let inner = self.lock();
         ids.into_iter()
-            .filter(|id| inner.known.contains(id))
+            .filter(|id| inner.known.contains(id) || inner.reserved.contains(id))
             .collect()
+    }
+
+    /// Marks runs a scan wrote, before its transaction commits, as on their way here (see
+    /// [`Wheel::known_among`]): from the commit until [`Wheel::insert`] a read-back must not
+    /// take them either. [`Wheel::unreserve`] if the commit fails.
+    pub fn reserve(&self, ids: impl IntoIterator<Item = i64>) {
+        self.lock().reserved.extend(ids);
+    }
+
+    pub fn unreserve(&self, ids: impl IntoIterator<Item = i64>) {
+        let mut inner = self.lock();
+        for id in ids {
+            inner.reserved.remove(&id);
+        }
     }
 
     /// Marks triggers handed out by [`Wheel::next_due`] as settled (published, or given back to
