@@ -287,7 +287,6 @@ pub(super) async fn cancel_run(
             format!("run {id} cannot be cancelled: {why}"),
         )
     };
-    let mut counted = crate::outcome::Ended::default();
     let answer = match status.parse::<RunStatus>() {
         Ok(RunStatus::Scheduled) => {
             sqlx::query(sql!("triggers/cancel_unpublished"))
@@ -295,13 +294,6 @@ pub(super) async fn cancel_run(
                 .bind(format!("cancelled by {by}"))
                 .execute(&mut *tx)
                 .await?;
-            counted = crate::outcome::after_terminal(
-                &mut tx,
-                &state.registry,
-                &[(id, RunStatus::Cancelled)],
-            )
-            .await?
-            .ended;
             StatusCode::OK
         }
         Ok(RunStatus::Published | RunStatus::Running) => {
@@ -356,16 +348,17 @@ pub(super) async fn cancel_run(
             if cancelled == 0 {
                 return Err(refuse(BEING_PUBLISHED.to_owned()));
             }
-            counted = crate::outcome::after_terminal(
-                &mut tx,
-                &state.registry,
-                &[(id, RunStatus::Cancelled)],
-            )
-            .await?
-            .ended;
             StatusCode::OK
         }
         _ => return Err(refuse(format!("it already ended ({status})"))),
+    };
+    // Cancelled before publication: the run ended here (the others end when a worker reports).
+    let counted = if answer == StatusCode::OK {
+        crate::outcome::after_terminal(&mut tx, &state.registry, &[(id, RunStatus::Cancelled)])
+            .await?
+            .ended
+    } else {
+        crate::outcome::Ended::default()
     };
     audit::done(
         &mut tx,
