@@ -43,6 +43,10 @@ pub struct PreClaim {
     /// The job's `plan_gen` when the run was written: a job change that dropped runs written
     /// ahead bumps it, and the publisher then sends only the runs still there.
     pub plan_gen: i64,
+    /// Its row may record another route than `route`: it was routed again when taken, and
+    /// that batch failed, perhaps after its update was committed. Its next take writes the
+    /// route it is sent on, whether or not that route changes again.
+    pub rewrite: bool,
 }
 
 /// What a run of a workflow node carries to its handler.
@@ -138,6 +142,7 @@ impl TryFrom<PendingRow> for PendingTrigger {
                     },
                     epoch: LeaseEpoch(epoch),
                     plan_gen: 0,
+                    rewrite: false,
                 }),
                 _ => None,
             },

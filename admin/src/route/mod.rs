@@ -128,6 +128,70 @@ impl Router {
         self.select_among_for(t, partitions, &candidates, now, rand::random())
     }
 
+    /// Checks a route chosen earlier against the workers live now: the scan routes a run up to
+    /// its lookahead before the fire time, and the run is taken for publication a
+    /// publish-ahead before it. `None` while `earlier` still holds; otherwise the run's route
+    /// now (see [`Self::still_holds`]).
+    pub fn confirm(
+        &self,
+        t: &RouteInput<'_>,
+        earlier: &Route,
+        partitions: i32,
+        registry: &Registry,
+    ) -> Option<Route> {
+        let now = Utc::now();
+        let candidates = registry.candidates(t.job_type, t.run.job_id, partitions, now);
+        if self.still_holds(t, earlier, &candidates) {
+            return None;
+        }
+        Some(self.select_among_for(t, partitions, &candidates, now, rand::random()))
+    }
+
+    /// Whether `earlier` still holds among `candidates`: with no live worker then, there is
+    /// none now; with one, it is still a candidate holding the route's partition and, for the
+    /// strategies that choose by which workers are live, fresh or idle right now (`first`,
+    /// `last`, `failover`, `busyover`, `consistent_hash`, `sharding_broadcast`, and a requested
+    /// worker), still the one chosen. The strategies that spread runs (`round`, `random`, the
+    /// least used ones) keep any live candidate: their choice was made once, when routed.
+    pub fn still_holds(
+        &self,
+        t: &RouteInput<'_>,
+        earlier: &Route,
+        candidates: &[Candidate],
+    ) -> bool {
+        let Some(worker) = &earlier.worker else {
+            return candidates.is_empty();
+        };
+        let Some(i) = candidates.iter().position(|c| &c.worker_id == worker) else {
+            return false;
+        };
+        if !candidates[i].partitions.contains(&earlier.partition) {
+            return false;
+        }
+        let requested = t
+            .requested_worker
+            .and_then(|w| candidates.iter().position(|c| c.worker_id.0 == w));
+        let chosen_now = match (requested, t.run.route) {
+            (Some(r), _) => r,
+            (None, RouteStrategy::First) => ordered::first(candidates),
+            (None, RouteStrategy::Last) => ordered::last(candidates),
+            (None, RouteStrategy::Failover) => ordered::failover(candidates),
+            (None, RouteStrategy::Busyover) => ordered::busyover(candidates),
+            (None, RouteStrategy::ConsistentHash) => self.ring(candidates).lookup(t.run.job_id),
+            (None, RouteStrategy::ShardingBroadcast) => {
+                broadcast::sharding_broadcast(candidates, t.run.shard_index)
+            }
+            (
+                None,
+                RouteStrategy::Round
+                | RouteStrategy::Random
+                | RouteStrategy::LeastFrequentlyUsed
+                | RouteStrategy::LeastRecentlyUsed,
+            ) => i,
+        };
+        chosen_now == i
+    }
+
     fn ring(&self, candidates: &[Candidate]) -> Arc<hash::Ring> {
         let key: Vec<WorkerId> = candidates.iter().map(|c| c.worker_id.clone()).collect();
         let mut rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
@@ -322,5 +386,72 @@ pub(crate) mod tests {
         registry.stopped(&WorkerId("w2".into()), now);
         let route = r.select(&trig(1, RouteStrategy::Last), 6, &registry);
         assert_eq!(route.worker.as_ref().map(|w| w.0.as_str()), Some("w1"));
+    }
+
+    fn routed(worker: &str, partition: i32) -> Route {
+        Route {
+            partition,
+            worker: Some(WorkerId(worker.into())),
+        }
+    }
+
+    #[test]
+    fn a_route_chosen_earlier_holds_while_its_worker_is_still_the_pick() {
+        let r = router();
+        let c = three();
+        let first = trig(1, RouteStrategy::First);
+        let input = RouteInput::of(&first);
+        assert!(r.still_holds(&input, &routed("a", 1), &c));
+        assert!(
+            !r.still_holds(&input, &routed("a", 2), &c),
+            "partition moved to b"
+        );
+        assert!(!r.still_holds(&input, &routed("b", 2), &c), "a is first");
+        assert!(!r.still_holds(&input, &routed("a", 0), &c[1..]), "a left");
+        let last = trig(1, RouteStrategy::Last);
+        assert!(r.still_holds(&RouteInput::of(&last), &routed("c", 4), &c));
+        assert!(!r.still_holds(&RouteInput::of(&last), &routed("c", 4), &c[..2]));
+        // Spreading strategies keep any live candidate holding the partition.
+        let round = trig(1, RouteStrategy::Round);
+        assert!(r.still_holds(&RouteInput::of(&round), &routed("b", 3), &c));
+        assert!(!r.still_holds(&RouteInput::of(&round), &routed("z", 3), &c));
+        // No live worker then: holds only while there is still none.
+        let none = Route {
+            partition: 1,
+            worker: None,
+        };
+        assert!(r.still_holds(&RouteInput::of(&round), &none, &[]));
+        assert!(!r.still_holds(&RouteInput::of(&round), &none, &c));
+    }
+
+    #[test]
+    fn failover_and_busyover_move_on_from_a_stale_or_busy_worker() {
+        let r = router();
+        let mut c = three();
+        let failover = trig(1, RouteStrategy::Failover);
+        assert!(r.still_holds(&RouteInput::of(&failover), &routed("a", 0), &c));
+        c[0].heartbeat_age_ms = 5_000;
+        assert!(!r.still_holds(&RouteInput::of(&failover), &routed("a", 0), &c));
+        let busy = trig(1, RouteStrategy::Busyover);
+        c[0].job_runs = 1;
+        assert!(!r.still_holds(&RouteInput::of(&busy), &routed("a", 0), &c));
+        assert!(r.still_holds(&RouteInput::of(&busy), &routed("b", 2), &c));
+    }
+
+    #[test]
+    fn confirm_routes_again_only_when_the_route_no_longer_holds() {
+        let registry = Registry::new(Topics::new("c"), Duration::from_secs(15));
+        let now = chrono::Utc::now();
+        registry.apply(hb("w1", &[0, 1, 2], now), now);
+        registry.apply(hb("w2", &[3, 4, 5], now), now);
+        let r = router();
+        let t = trig(1, RouteStrategy::First);
+        let input = RouteInput::of(&t);
+        assert_eq!(r.confirm(&input, &routed("w1", 0), 6, &registry), None);
+        registry.stopped(&WorkerId("w1".into()), now);
+        let again = r.confirm(&input, &routed("w1", 0), 6, &registry);
+        let again = again.expect("w1 stopped: routed again");
+        assert_eq!(again.worker, Some(WorkerId("w2".into())));
+        assert!((3..6).contains(&again.partition));
     }
 }

@@ -4,12 +4,14 @@
 //! 1. Route (`Publisher::route`, in the publisher's loop): each trigger due within the publish-ahead window
 //!    (`CADENZA_PUBLISH_AHEAD_MS`) of a shard this admin holds gets its partition from the
 //!    selector, and keeps the shard's [`Term`]. A run the scan wrote already claimed (routed,
-//!    `publishing` under its shard's epoch) keeps its partition, and only if that epoch is the
-//!    shard's term now.
+//!    `publishing` under its shard's epoch) is taken only if that epoch is the shard's term
+//!    now; it keeps its partition while that route still holds among the workers live now
+//!    ([`crate::route::Router::confirm`]) and is routed again otherwise.
 //! 2. Ledger (`ledger`): one transaction that checks this admin still holds each shard at that
 //!    epoch ([`lease::confirm`]), locks the jobs of the runs written claimed `FOR KEY SHARE` to
-//!    check their `plan_gen` (a job change dropped some of them), and marks the other routed
-//!    triggers `publishing` with their partition and epoch. Doing this ahead of the fire time
+//!    check their `plan_gen` (a job change dropped some of them), writes the new route of
+//!    those routed again, and marks the other routed triggers `publishing` with their partition
+//!    and epoch. Doing this ahead of the fire time
 //!    keeps the transaction out of the fire lateness.
 //! 3. Produce ([`produce`]): at its fire time each is handed to the producer (idempotent,
 //!    `acks=all`), only while this admin still holds its shard at the epoch it was marked under
@@ -45,7 +47,7 @@ use super::{SchedulerContext, SchedulerError};
 use crate::guard;
 use crate::ids::{LeaseEpoch, ShardId};
 use crate::metrics::{metrics, JobTypeLabel};
-use crate::route::Route;
+use crate::route::{Route, RouteInput};
 use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
@@ -78,6 +80,8 @@ struct Routed {
     trigger: PendingTrigger,
     route: Route,
     term: Term,
+    /// Written claimed on another route, routed again when taken: its row is updated.
+    moved: bool,
 }
 
 pub struct Publisher {
@@ -188,11 +192,20 @@ impl Publisher {
                     // timer (their take wrote nothing); the others stay `scheduled` (or are
                     // read back, if their mark was committed after all) and the sweep loads
                     // them again.
+                    // One routed again keeps its new route, written again when next taken
+                    // (the update may have been committed though the commit reported an error).
                     let back: Vec<PendingTrigger> = routed
                         .routed
                         .into_iter()
-                        .filter(|r| r.trigger.claim.is_some())
-                        .map(|r| r.trigger)
+                        .filter_map(|r| {
+                            let mut t = r.trigger;
+                            let claim = t.claim.as_mut()?;
+                            if r.moved {
+                                claim.route = r.route;
+                                claim.rewrite = true;
+                            }
+                            Some(t)
+                        })
                         .collect();
                     tracing::error!(error = %e, retried = back.len(), "publication batch failed; its runs are taken again");
                     self.ctx.wheel.settle(ids);
@@ -229,11 +242,35 @@ impl Publisher {
                     outcome.skipped += 1;
                     continue;
                 }
-                let route = claim.route.clone();
+                // Routed when written, up to the lookahead ago: kept while it still holds
+                // among the workers live now, routed again otherwise (its row is updated in
+                // the ledger). The topic's partition count is known (the scan routed on it).
+                let rerouted = match self
+                    .ctx
+                    .kafka
+                    .ensure_trigger_topic(&self.ctx.pool, &trigger.job_type)
+                    .await
+                {
+                    Ok(partitions) => self.ctx.router.confirm(
+                        &RouteInput::of(&trigger),
+                        &claim.route,
+                        partitions,
+                        &self.ctx.registry,
+                    ),
+                    Err(e) => {
+                        tracing::warn!(trigger_id = trigger.id.0, job_type = trigger.job_type.as_str(), error = %e, "trigger topic not reachable; the run keeps the route it was written with");
+                        None
+                    }
+                };
+                let (route, moved) = match rerouted {
+                    None => (claim.route.clone(), claim.rewrite),
+                    Some(now) => (now, true),
+                };
                 routed.push(Routed {
                     trigger,
                     route,
                     term,
+                    moved,
                 });
                 continue;
             }
@@ -260,6 +297,7 @@ impl Publisher {
                 trigger,
                 route,
                 term,
+                moved: false,
             });
         }
         RoutedBatch { routed, outcome }
@@ -270,8 +308,8 @@ impl Publisher {
 /// transaction with the check of their shards' leases ([`lease::confirm`]). Runs the scan wrote
 /// already claimed need no mark: the transaction locks their jobs `FOR KEY SHARE` and reads
 /// their `plan_gen`; where a job change dropped runs written ahead since (its `plan_gen` moved
-/// on), only the runs still there are sent. A job change waits for that lock, so it never drops
-/// a run taken here. Returns those to send; the others (lease lost, no longer `scheduled`, or
+/// on), only the runs still there are sent; those routed again when taken get their new route.
+/// A job change waits for that lock, so it never drops a run taken here. Returns those to send; the others (lease lost, no longer `scheduled`, or
 /// dropped by a job change) count as skipped.
 async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), SchedulerError> {
     let RoutedBatch { routed, outcome } = batch;
@@ -302,6 +340,23 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
             .await?
             .into_iter()
             .collect();
+        // Runs routed again when taken: their rows get the new route, if still there.
+        let (moved, pre): (Vec<&Routed>, Vec<&Routed>) = pre.into_iter().partition(|r| r.moved);
+        if !moved.is_empty() {
+            let still: Vec<i64> = sqlx::query_scalar(sql!("publish/reroute_claimed"))
+                .bind(moved.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+                .bind(moved.iter().map(|r| r.route.partition).collect::<Vec<_>>())
+                .bind(
+                    moved
+                        .iter()
+                        .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
+                        .collect::<Vec<_>>(),
+                )
+                .bind(moved.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
+                .fetch_all(&mut *tx)
+                .await?;
+            keep.extend(still);
+        }
         let (current, changed): (Vec<&Routed>, Vec<&Routed>) = pre.iter().partition(|r| {
             r.trigger.claim.as_ref().map(|c| c.plan_gen) == gens.get(&r.trigger.job_id.0).copied()
         });
@@ -359,6 +414,7 @@ async fn produce(
         trigger: t,
         route,
         term,
+        ..
     } in &claimed
     {
         // Rounded up: never before the fire time.

@@ -251,9 +251,10 @@ pub async fn resolve_publishing(
             .execute(&ctx.pool)
             .await?
             .rows_affected() as usize;
-        // Load them again right away (they are overdue), misfire rules first.
+        // Load them again right away, misfire rules first: those overdue, and those written
+        // claimed by an earlier holder up to the planning horizon ahead, not due yet.
         apply_misfires(ctx, &shard_ids).await?;
-        load_pending(ctx, &shard_ids, 0).await?;
+        load_pending(ctx, &shard_ids, ctx.config.plan_horizon_ms()).await?;
     }
     tracing::info!(
         published = out.published,
@@ -382,7 +383,10 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
     apply_misfires(ctx, &shard_ids).await?;
     // A send settles within the producer's timeout, shorter than the margin.
     resolve_publishing(ctx, &held, ReadBack::Settled).await?;
-    // Only overdue rows: the scan hands fresh ones to the timer itself.
+    // Only overdue rows: the scan hands fresh ones to the timer itself, and runs put back to
+    // `scheduled` are loaded where they are put back (read-back, takeover). Not further ahead:
+    // the rows due soon are mostly `publishing` (written claimed), and their index does not
+    // tell the statuses apart.
     load_pending(ctx, &shard_ids, 0).await?;
     // Runs the scan did not write, as they come within the look-ahead.
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_requested"))

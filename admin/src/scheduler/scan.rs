@@ -480,7 +480,21 @@ impl Scanner {
                     claim.plan_gen = gens.get(&p.job_id.0).copied().unwrap_or(0);
                 }
             }
-            self.ctx.wheel.insert(pending);
+            // A shard handed back (or lost) while this transaction committed: its runs written
+            // claimed under the old epoch go back to `scheduled` for the next holder, not to
+            // the timer (the publisher would not take them).
+            let (ours, gone): (Vec<_>, Vec<_>) = pending.into_iter().partition(|p| {
+                p.claim.as_ref().is_none_or(|c| {
+                    self.ctx
+                        .leases
+                        .term(p.shard)
+                        .is_some_and(|t| t.epoch == c.epoch)
+                })
+            });
+            self.ctx.wheel.insert(ours);
+            if !gone.is_empty() {
+                crate::scheduler::recover::hand_back(&self.ctx, &gone).await;
+            }
             // Rows the timer does not take (misfired, unreadable) are no longer on their way.
             self.ctx.wheel.unreserve(ids);
             Ok::<_, SchedulerError>(ScanOutcome {
