@@ -23,6 +23,11 @@ use crate::wait::wait_for;
 /// before the change, and runs as it was claimed.
 pub const PUBLISH_AHEAD: chrono::Duration = chrono::Duration::milliseconds(250 + 150);
 
+/// How soon a job change (disable, new schedule, delete) takes effect with the admins'
+/// defaults, with the same slack: runs of the schedule due within the publish-ahead plus the
+/// 250 ms clock guard of it may already be taken for sending, and run as they were written.
+pub const CHANGE_TAKES_EFFECT: chrono::Duration = chrono::Duration::milliseconds(250 + 250 + 150);
+
 /// The statuses a run ends in.
 pub const TERMINAL: &[&str] = &[
     "succeeded",

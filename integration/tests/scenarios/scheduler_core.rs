@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use cadenza_integration::scenario::{all_runs, time, PUBLISH_AHEAD};
+use cadenza_integration::scenario::{all_runs, time, CHANGE_TAKES_EFFECT};
 use cadenza_integration::{
     read_topic_to_end, wait_for, AdminHandle, ApiClient, Cluster, Signal, StatusCode,
 };
@@ -914,9 +914,9 @@ async fn schedule_kinds_edits_and_disabled_time() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::OK);
-    // A run already claimed for publication (due within the publish-ahead) still runs; none
-    // after that.
-    let off = Utc::now() + PUBLISH_AHEAD;
+    // A run already taken for sending (due within the publish-ahead plus a clock guard) still
+    // runs; none after that.
+    let off = Utc::now() + CHANGE_TAKES_EFFECT;
     tokio::time::sleep(Duration::from_secs(7)).await;
     let on = Utc::now();
     let (status, job) = api

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use cadenza_integration::scenario::{create_job, time, PUBLISH_AHEAD, TERMINAL};
+use cadenza_integration::scenario::{create_job, time, CHANGE_TAKES_EFFECT, TERMINAL};
 use cadenza_integration::{read_topic_to_end, wait_for, ApiClient, Cluster, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -125,7 +125,7 @@ async fn cron_and_fix_rate_jobs_run_on_workers() {
     .unwrap();
 
     // Disable stops new runs: nothing fires after the disable returned, but for a run already
-    // claimed for publication (due within the publish-ahead).
+    // taken for sending (due within the publish-ahead plus a clock guard).
     let (status, job) = api
         .post_empty(&format!("/api/jobs/{cron}/disable"))
         .await
@@ -138,7 +138,7 @@ async fn cron_and_fix_rate_jobs_run_on_workers() {
     let after: Vec<Value> = runs(api, &format!("job_id={cron}&limit=1000"))
         .await
         .into_iter()
-        .filter(|r| time(&r["fire_time"]) > disabled_at + PUBLISH_AHEAD)
+        .filter(|r| time(&r["fire_time"]) > disabled_at + CHANGE_TAKES_EFFECT)
         .collect();
     assert!(after.is_empty(), "runs after disable: {after:?}");
 
