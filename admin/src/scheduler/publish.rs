@@ -343,19 +343,7 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
         // Runs routed again when taken: their rows get the new route, if still there.
         let (moved, pre): (Vec<&Routed>, Vec<&Routed>) = pre.into_iter().partition(|r| r.moved);
         if !moved.is_empty() {
-            let still: Vec<i64> = sqlx::query_scalar(sql!("publish/reroute_claimed"))
-                .bind(moved.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
-                .bind(moved.iter().map(|r| r.route.partition).collect::<Vec<_>>())
-                .bind(
-                    moved
-                        .iter()
-                        .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
-                        .collect::<Vec<_>>(),
-                )
-                .bind(moved.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
-                .fetch_all(&mut *tx)
-                .await?;
-            keep.extend(still);
+            keep.extend(write_routes(&mut tx, sql!("publish/reroute_claimed"), &moved).await?);
         }
         let (current, changed): (Vec<&Routed>, Vec<&Routed>) = pre.iter().partition(|r| {
             r.trigger.claim.as_ref().map(|c| c.plan_gen) == gens.get(&r.trigger.job_id.0).copied()
@@ -371,24 +359,32 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
         }
     }
     if !fresh.is_empty() {
-        let marked: Vec<i64> = sqlx::query_scalar(sql!("publish/mark_publishing"))
-            .bind(fresh.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
-            .bind(fresh.iter().map(|r| r.route.partition).collect::<Vec<_>>())
-            .bind(
-                fresh
-                    .iter()
-                    .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(fresh.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await?;
-        keep.extend(marked);
+        keep.extend(write_routes(&mut tx, sql!("publish/mark_publishing"), &fresh).await?);
     }
     tx.commit().await?;
     routed.retain(|r| keep.contains(&r.trigger.id.0));
     outcome.skipped += before - routed.len();
     Ok(())
+}
+
+/// Runs `query` (`publish/mark_publishing` or `publish/reroute_claimed`) on the runs' ids,
+/// partitions, routed workers and epochs; returns the ids it wrote.
+async fn write_routes(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    query: &'static str,
+    runs: &[&Routed],
+) -> Result<Vec<i64>, SchedulerError> {
+    Ok(sqlx::query_scalar(query)
+        .bind(runs.iter().map(|r| r.trigger.id.0).collect::<Vec<_>>())
+        .bind(runs.iter().map(|r| r.route.partition).collect::<Vec<_>>())
+        .bind(
+            runs.iter()
+                .map(|r| r.route.worker.as_ref().map(|w| w.0.clone()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(runs.iter().map(|r| r.term.epoch).collect::<Vec<_>>())
+        .fetch_all(&mut **tx)
+        .await?)
 }
 
 /// Step 3: hands each claimed trigger to the producer at its fire time (by the database clock),
