@@ -6,7 +6,7 @@
 UPDATE triggers t
 SET partition = u.partition, routed_worker = u.routed_worker,
     route_note = CASE WHEN u.routed_worker IS NULL
-                      THEN 'no live worker served job type ' || t.job_type || ' when it was published: sent to partition ' || u.partition || ' (the hash of the job id), where it waits for a consumer'
+                      THEN 'no_live_worker'
                  END,
     updated_at = now()
 FROM UNNEST($1::bigint[], $2::int[], $3::text[], $4::bigint[]) AS u (id, partition, routed_worker, epoch)

@@ -3,7 +3,7 @@
 -- A run the scan routed ($7 partition, $8 worker) is written already `publishing` under its
 -- shard's lease epoch ($9), checked in this transaction (lease/check, FOR KEY SHARE); the
 -- selector leaves the worker NULL exactly when no live worker served the job type, and
--- route_note says so.
+-- route_note says so, as the code `no_live_worker` (the API words it).
 -- A (job, fire time, shard) that already exists is skipped (unique index triggers_job_fire_time).
 WITH p AS (
     SELECT *
@@ -27,7 +27,7 @@ SELECT j.id, j.job_type, j.shard, p.kind, p.status, p.fire_time, j.params, j.blo
        CASE WHEN p.status = 'misfired' THEN now() END,
        p.partition, p.routed_worker,
        CASE WHEN p.status = 'publishing' AND p.routed_worker IS NULL
-            THEN 'no live worker served job type ' || j.job_type || ' when it was published: sent to partition ' || p.partition || ' (the hash of the job id), where it waits for a consumer'
+            THEN 'no_live_worker'
        END,
        p.lease_epoch
 FROM p

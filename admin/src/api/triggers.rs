@@ -96,9 +96,21 @@ pub struct FollowUp {
     pub status: String,
 }
 
+/// The code stored in `route_note` when no live worker served the run's job type as it was
+/// routed (queries scan/insert_triggers, publish/mark_publishing, publish/reroute_claimed): a
+/// short code keeps the sentence out of every such row; [`Run::fill_notes`] words it.
+const ROUTE_NOTE_NO_WORKER: &str = "no_live_worker";
+
 impl Run {
-    /// Fills in `waiting` from the live worker registry.
-    fn note_waiting(&mut self, registry: &Registry, now: DateTime<Utc>) {
+    /// Words the stored `route_note` code, and fills in `waiting` from the live worker registry.
+    fn fill_notes(&mut self, registry: &Registry, now: DateTime<Utc>) {
+        if self.route_note.as_deref() == Some(ROUTE_NOTE_NO_WORKER) {
+            self.route_note = Some(format!(
+                "no live worker served job type {} when it was published: sent to partition {} (the hash of the job id), where it waits for a consumer",
+                self.job_type,
+                self.partition.map_or_else(|| "?".to_owned(), |p| p.to_string())
+            ));
+        }
         if self.status == RunStatus::Published.as_str() && !registry.serves(&self.job_type, now) {
             self.waiting = Some(format!(
                 "no live worker serves job type {}: the run waits on partition {} of its topic until one does",
@@ -188,7 +200,7 @@ pub async fn list(
         .await?;
     let now = Utc::now();
     for r in &mut runs {
-        r.note_waiting(&state.registry, now);
+        r.fill_notes(&state.registry, now);
     }
     let next = (runs.len() as i64 == limit)
         .then(|| runs.last().map(|r| r.id))
@@ -217,7 +229,7 @@ pub async fn get(
         .await?;
     let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
     p.require(Access::Read, &run.job_type)?;
-    run.note_waiting(&state.registry, Utc::now());
+    run.fill_notes(&state.registry, Utc::now());
     run.follow_ups = Some(
         sqlx::query_as(sql!("triggers/follow_ups"))
             .bind(id)
@@ -381,7 +393,7 @@ pub(super) async fn cancel_run(
         .fetch_optional(&state.pool)
         .await?;
     let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
-    run.note_waiting(&state.registry, Utc::now());
+    run.fill_notes(&state.registry, Utc::now());
     Ok((answer, run))
 }
 

@@ -235,6 +235,13 @@ impl Publisher {
                 outcome.skipped += 1;
                 continue;
             };
+            // The topic's partition count: known already for a run the scan routed, looked up
+            // (and the topic created) for any other.
+            let partitions = self
+                .ctx
+                .kafka
+                .ensure_trigger_topic(&self.ctx.pool, &trigger.job_type)
+                .await;
             if let Some(claim) = &trigger.claim {
                 // Written claimed by the scan: sent only under the epoch its row is marked
                 // with; one of an earlier epoch is left to the read-back.
@@ -244,13 +251,8 @@ impl Publisher {
                 }
                 // Routed when written, up to the lookahead ago: kept while it still holds
                 // among the workers live now, routed again otherwise (its row is updated in
-                // the ledger). The topic's partition count is known (the scan routed on it).
-                let rerouted = match self
-                    .ctx
-                    .kafka
-                    .ensure_trigger_topic(&self.ctx.pool, &trigger.job_type)
-                    .await
-                {
+                // the ledger). If the topic cannot be reached now, it keeps its route.
+                let rerouted = match partitions {
                     Ok(partitions) => self.ctx.router.confirm(
                         &RouteInput::of(&trigger),
                         &claim.route,
@@ -276,12 +278,7 @@ impl Publisher {
             }
             // A run whose topic cannot be reached now stays `scheduled` (the sweep loads it
             // again); the rest of the batch goes on.
-            let partitions = match self
-                .ctx
-                .kafka
-                .ensure_trigger_topic(&self.ctx.pool, &trigger.job_type)
-                .await
-            {
+            let partitions = match partitions {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(trigger_id = trigger.id.0, job_type = trigger.job_type.as_str(), error = %e, "trigger topic not reachable; the run stays scheduled");
