@@ -2,6 +2,11 @@ use clap::Parser;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc instead of glibc's malloc: the scheduler allocates and frees many small buffers per
+/// trigger (rows, records, routes), and glibc's allocator took about a fifth of the admin's CPU.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let _telemetry =

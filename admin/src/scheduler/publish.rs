@@ -34,7 +34,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{JobType, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT};
+use cadenza_schemas::{
+    JobType, MisfireStrategy, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT,
+};
 use cadenza_worker::telemetry;
 use chrono::{DateTime, Utc};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -325,18 +327,19 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     let (pre, fresh): (Vec<&Routed>, Vec<&Routed>) =
         routed.iter().partition(|r| r.trigger.claim.is_some());
     let mut keep: HashSet<i64> = HashSet::with_capacity(routed.len());
+    let mut ended = crate::outcome::Ended::default();
     // The jobs first: a job change holds its job's lock while it drops rows, so taking the
     // rows' locks (the marks) before the jobs' could deadlock with it.
     if !pre.is_empty() {
         let mut jobs: Vec<i64> = pre.iter().map(|r| r.trigger.job_id.0).collect();
         jobs.sort_unstable();
         jobs.dedup();
-        let gens: HashMap<i64, i64> = sqlx::query_as::<_, (i64, i64)>(sql!("publish/check_plans"))
+        let checks: Vec<JobCheck> = sqlx::query_as(sql!("publish/check_plans"))
             .bind(&jobs)
             .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect();
+            .await?;
+        let db_now = checks.first().map(|c| c.db_now);
+        let gens: HashMap<i64, i64> = checks.iter().map(|c| (c.id, c.plan_gen)).collect();
         // Runs routed again when taken: their rows get the new route, if still there.
         let (moved, pre): (Vec<&Routed>, Vec<&Routed>) = pre.into_iter().partition(|r| r.moved);
         if !moved.is_empty() {
@@ -354,14 +357,100 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
                 .await?;
             keep.extend(still);
         }
+        // Taken later than the job's misfire threshold (publication behind): the job's misfire
+        // strategy applies here, as the sweep applies it to `scheduled` runs.
+        if let Some(db_now) = db_now {
+            let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
+            let taken: Vec<&Routed> = routed
+                .iter()
+                .filter(|r| r.trigger.claim.is_some() && keep.contains(&r.trigger.id.0))
+                .collect();
+            let late = late_runs(&taken, &rules, db_now);
+            if !late.is_empty() {
+                let misfired: Vec<i64> = sqlx::query_scalar(sql!("publish/misfire_taken"))
+                    .bind(late.iter().map(|(r, _)| r.trigger.id.0).collect::<Vec<_>>())
+                    .bind(late.iter().map(|(r, _)| r.term.epoch).collect::<Vec<_>>())
+                    .bind(
+                        late.iter()
+                            .map(|(_, c)| c.misfire_threshold_ms)
+                            .collect::<Vec<_>>(),
+                    )
+                    .bind(
+                        late.iter()
+                            .map(|(_, c)| c.misfire.clone())
+                            .collect::<Vec<_>>(),
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                for id in &misfired {
+                    keep.remove(id);
+                }
+                ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
+                if !misfired.is_empty() {
+                    tracing::warn!(
+                        count = misfired.len(),
+                        "runs taken for sending later than their misfire threshold recorded as misfired"
+                    );
+                }
+            }
+        }
     }
     if !fresh.is_empty() {
         keep.extend(write_routes(&mut tx, sql!("publish/mark_publishing"), &fresh).await?);
     }
     tx.commit().await?;
+    ended.record();
     routed.retain(|r| keep.contains(&r.trigger.id.0));
     outcome.skipped += before - routed.len();
     Ok(())
+}
+
+/// A job's row as the ledger checks it when its runs written claimed are taken.
+#[derive(sqlx::FromRow)]
+struct JobCheck {
+    id: i64,
+    plan_gen: i64,
+    misfire: String,
+    misfire_threshold_ms: i64,
+    db_now: DateTime<Utc>,
+}
+
+/// Of the runs taken, those to record `misfired` instead of sending, with their job's rule: a
+/// run is late when it is taken more than its job's misfire threshold past its fire time.
+/// `do_nothing` misfires every late run; `fire_once_now` sends the latest late run of each job
+/// (and broadcast shard) taken together and misfires the others; `fire_all` sends them all, as
+/// does a rule that cannot be read.
+fn late_runs<'a, 'r>(
+    taken: &[&'r Routed],
+    rules: &HashMap<i64, &'a JobCheck>,
+    now: DateTime<Utc>,
+) -> Vec<(&'r Routed, &'a JobCheck)> {
+    let late: Vec<(&Routed, &JobCheck, MisfireStrategy)> = taken
+        .iter()
+        .filter_map(|r| {
+            let rule = rules.get(&r.trigger.job_id.0)?;
+            let strategy: MisfireStrategy = rule.misfire.parse().ok()?;
+            let threshold = chrono::Duration::milliseconds(rule.misfire_threshold_ms);
+            (r.trigger.fire_time < now - threshold).then_some((*r, *rule, strategy))
+        })
+        .collect();
+    let mut newest: HashMap<(i64, u32), DateTime<Utc>> = HashMap::new();
+    for (r, _, _) in &late {
+        let key = (r.trigger.job_id.0, r.trigger.shard_index);
+        let t = newest.entry(key).or_insert(r.trigger.fire_time);
+        *t = (*t).max(r.trigger.fire_time);
+    }
+    late.into_iter()
+        .filter(|(r, _, strategy)| match strategy {
+            MisfireStrategy::DoNothing => true,
+            MisfireStrategy::FireOnceNow => {
+                newest.get(&(r.trigger.job_id.0, r.trigger.shard_index))
+                    != Some(&r.trigger.fire_time)
+            }
+            MisfireStrategy::FireAll => false,
+        })
+        .map(|(r, rule, _)| (r, rule))
+        .collect()
 }
 
 /// Runs `query` (`publish/mark_publishing` or `publish/reroute_claimed`) on the runs' ids,
@@ -709,4 +798,109 @@ async fn write_published(
         .execute(&ctx.pool)
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trigger::PreClaim;
+    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
+
+    fn taken(id: i64, job: i64, shard_index: u32, fire_time: DateTime<Utc>) -> Routed {
+        let route = Route {
+            partition: 0,
+            worker: None,
+        };
+        Routed {
+            trigger: PendingTrigger {
+                id: TriggerId(id),
+                job_id: JobId(job),
+                job_type: JobType::parse("t").unwrap(),
+                shard: ShardId(0),
+                kind: TriggerKind::FixRate,
+                fire_time,
+                params: String::new(),
+                block: BlockStrategy::SerialExecution,
+                timeout_ms: 0,
+                attempt: 1,
+                shard_index,
+                shard_total: 1,
+                route: RouteStrategy::Round,
+                requested_worker: None,
+                workflow: None,
+                claim: Some(PreClaim {
+                    route: route.clone(),
+                    epoch: LeaseEpoch(1),
+                    plan_gen: 0,
+                    rewrite: false,
+                }),
+            },
+            route,
+            term: Term {
+                shard: ShardId(0),
+                epoch: LeaseEpoch(1),
+                trusted_until: std::time::Instant::now(),
+            },
+            moved: false,
+        }
+    }
+
+    fn rule(id: i64, misfire: &str, threshold_ms: i64, now: DateTime<Utc>) -> JobCheck {
+        JobCheck {
+            id,
+            plan_gen: 0,
+            misfire: misfire.to_owned(),
+            misfire_threshold_ms: threshold_ms,
+            db_now: now,
+        }
+    }
+
+    fn ids(late: &[(&Routed, &JobCheck)]) -> Vec<i64> {
+        let mut ids: Vec<i64> = late.iter().map(|(r, _)| r.trigger.id.0).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn late_runs_follow_their_jobs_misfire_strategy() {
+        let now = Utc::now();
+        let ago = |ms: i64| now - chrono::Duration::milliseconds(ms);
+        let runs = [
+            // job 1, do_nothing, 1 s: late by 3 s and 2 s; 500 ms late and one not yet due
+            // are within the threshold.
+            taken(1, 1, 0, ago(3_000)),
+            taken(2, 1, 0, ago(2_000)),
+            taken(3, 1, 0, ago(500)),
+            taken(4, 1, 0, ago(-200)),
+            // job 2, fire_once_now, 1 s: the latest late run of each broadcast shard is sent.
+            taken(5, 2, 0, ago(3_000)),
+            taken(6, 2, 0, ago(2_000)),
+            taken(7, 2, 1, ago(3_000)),
+            taken(8, 2, 0, ago(100)),
+            // job 3, fire_all: every late run is sent.
+            taken(9, 3, 0, ago(3_000)),
+            taken(10, 3, 0, ago(2_000)),
+            // job 4: a threshold of 0 makes any run taken after its fire time late.
+            taken(11, 4, 0, ago(1)),
+            taken(12, 4, 0, ago(-1)),
+            // job 5: a rule that cannot be read sends.
+            taken(13, 5, 0, ago(9_000)),
+        ];
+        let checks = [
+            rule(1, "do_nothing", 1_000, now),
+            rule(2, "fire_once_now", 1_000, now),
+            rule(3, "fire_all", 1_000, now),
+            rule(4, "do_nothing", 0, now),
+            rule(5, "sometimes", 0, now),
+        ];
+        let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
+        let taken: Vec<&Routed> = runs.iter().collect();
+        let late = late_runs(&taken, &rules, now);
+        assert_eq!(ids(&late), vec![1, 2, 5, 11]);
+        let (_, rule) = late.iter().find(|(r, _)| r.trigger.id.0 == 5).unwrap();
+        assert_eq!(rule.misfire, "fire_once_now");
+        // A job whose rule was not read (not among the checks) sends its runs.
+        let none = late_runs(&taken, &HashMap::new(), now);
+        assert!(none.is_empty());
+    }
 }

@@ -573,6 +573,90 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
     );
 }
 
+/// The scan writes a job's runs up to twice the look-ahead before their fire times, already
+/// claimed. If publication then falls behind (here the admin is frozen, holding its lease), a run
+/// taken for sending later than its job's misfire threshold follows the misfire strategy like
+/// any other: with `do_nothing` it is recorded `misfired`, not sent late.
+#[tokio::test]
+async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    // A lease long enough to outlast the freeze: the admin still holds its shards when it wakes.
+    let admin = spawn_admin_with(
+        &cluster,
+        "admin-behind",
+        &[("CADENZA_LEASE_TTL_MS", "15000".to_owned())],
+    )
+    .await;
+    let api = admin.api();
+    let (status, job) = api
+        .post_json(
+            "/api/jobs",
+            &json!({"name": "behind", "job_type": "chaos.behind",
+            "schedule": {"kind": "fix_rate", "every_ms": 250},
+            "misfire": "do_nothing", "misfire_threshold_ms": 300}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_i64().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written_ahead: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM triggers WHERE job_id = $1 AND status = 'publishing' AND fire_time > now() + interval '1 second'",
+    )
+    .bind(id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(written_ahead > 0, "the scan writes runs ahead, claimed");
+
+    let frozen_at = Utc::now();
+    admin.pause().unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    admin.resume().unwrap();
+    let woke_at = Utc::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, body) = api
+        .post_empty(&format!("/api/jobs/{id}/disable"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    wait_quiet(&pool).await;
+
+    // Runs due while the admin was frozen were taken at least 300 ms late (the margins cover
+    // the freeze's start and end): none was sent.
+    let frozen: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT status, message FROM triggers WHERE job_id = $1 AND fire_time > $2 AND fire_time < $3 ORDER BY fire_time",
+    )
+    .bind(id)
+    .bind(frozen_at + chrono::Duration::milliseconds(400))
+    .bind(woke_at - chrono::Duration::milliseconds(400))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(frozen.len() >= 5, "{frozen:?}");
+    assert!(
+        frozen.iter().all(|(status, _)| status == "misfired"),
+        "runs taken past their misfire threshold were sent: {frozen:?}"
+    );
+    assert!(
+        frozen.iter().any(|(_, m)| m
+            .as_deref()
+            .is_some_and(|m| m.contains("while publication was behind"))),
+        "recorded when taken, not by the sweep: {frozen:?}"
+    );
+    // Runs go on after it: due once the admin woke up, they are published again.
+    let after: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM triggers WHERE job_id = $1 AND fire_time > $2 AND status = 'published'",
+    )
+    .bind(id)
+    .bind(woke_at + chrono::Duration::milliseconds(500))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(after > 0, "publication resumes after the freeze");
+}
+
 #[tokio::test]
 async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
     let cluster = Cluster::start().await.unwrap();
