@@ -9,9 +9,10 @@
 //!    ([`crate::route::Router::confirm`]) and is routed again otherwise.
 //! 2. Ledger (`ledger`): one transaction that checks this admin still holds each shard at that
 //!    epoch ([`lease::confirm`]), locks the jobs of the runs written claimed `FOR KEY SHARE` to
-//!    check their `plan_gen` (a job change dropped some of them), writes the new route of
-//!    those routed again, and marks the other routed triggers `publishing` with their partition
-//!    and epoch. Doing this ahead of the fire time
+//!    check their `plan_gen` (a job change dropped some of them) and their misfire rule (one
+//!    taken later than its job's threshold is recorded `misfired` instead of sent, by the job's
+//!    strategy), writes the new route of those routed again, and marks the other routed
+//!    triggers `publishing` with their partition and epoch. Doing this ahead of the fire time
 //!    keeps the transaction out of the fire lateness.
 //! 3. Produce ([`produce`]): at its fire time each is handed to the producer (idempotent,
 //!    `acks=all`), only while this admin still holds its shard at the epoch it was marked under
@@ -35,7 +36,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_schemas::{
-    JobType, MisfireStrategy, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT,
+    JobType, MisfireStrategy, TriggerKind, TriggerMessage, TriggerRecord, HEADER_RECORD,
+    HEADER_TRACEPARENT,
 };
 use cadenza_worker::telemetry;
 use chrono::{DateTime, Utc};
@@ -307,7 +309,8 @@ impl Publisher {
 /// transaction with the check of their shards' leases ([`lease::confirm`]). Runs the scan wrote
 /// already claimed need no mark: the transaction locks their jobs `FOR KEY SHARE` and reads
 /// their `plan_gen`; where a job change dropped runs written ahead since (its `plan_gen` moved
-/// on), only the runs still there are sent; those routed again when taken get their new route.
+/// on), only the runs still there are sent; those routed again when taken get their new route;
+/// those taken later than their job's misfire threshold follow its misfire strategy.
 /// A job change waits for that lock, so it never drops a run taken here. Returns those to send; the others (lease lost, no longer `scheduled`, or
 /// dropped by a job change) count as skipped.
 async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), SchedulerError> {
@@ -367,7 +370,7 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
                 .collect();
             let late = late_runs(&taken, &rules, db_now);
             if !late.is_empty() {
-                let misfired: Vec<i64> = sqlx::query_scalar(sql!("publish/misfire_taken"))
+                let still: Vec<(i64, bool)> = sqlx::query_as(sql!("publish/misfire_taken"))
                     .bind(late.iter().map(|(r, _)| r.trigger.id.0).collect::<Vec<_>>())
                     .bind(late.iter().map(|(r, _)| r.term.epoch).collect::<Vec<_>>())
                     .bind(
@@ -382,9 +385,23 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
                     )
                     .fetch_all(&mut *tx)
                     .await?;
-                for id in &misfired {
-                    keep.remove(id);
+                // Sent only if still ours and not recorded `misfired` now (a row recorded so
+                // by an earlier take whose commit reported an error is not returned).
+                let send: HashSet<i64> = still
+                    .iter()
+                    .filter(|(_, misfired)| !misfired)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for (r, _) in &late {
+                    if !send.contains(&r.trigger.id.0) {
+                        keep.remove(&r.trigger.id.0);
+                    }
                 }
+                let misfired: Vec<i64> = still
+                    .into_iter()
+                    .filter(|(_, misfired)| *misfired)
+                    .map(|(id, _)| id)
+                    .collect();
                 ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
                 if !misfired.is_empty() {
                     tracing::warn!(
@@ -415,41 +432,35 @@ struct JobCheck {
     db_now: DateTime<Utc>,
 }
 
-/// Of the runs taken, those to record `misfired` instead of sending, with their job's rule: a
-/// run is late when it is taken more than its job's misfire threshold past its fire time.
-/// `do_nothing` misfires every late run; `fire_once_now` sends the latest late run of each job
-/// (and broadcast shard) taken together and misfires the others; `fire_all` sends them all, as
-/// does a rule that cannot be read.
+/// Of the runs taken, those of a job's schedule taken more than their job's misfire threshold
+/// past their fire time, whose strategy may record them `misfired` instead of sending them
+/// (`publish/misfire_taken` decides): `do_nothing` misfires every late run; `fire_once_now`
+/// every one but the latest of each job (and broadcast shard), among those taken together here
+/// and those still waiting; `fire_all` sends them all, as does a rule that cannot be read.
 fn late_runs<'a, 'r>(
     taken: &[&'r Routed],
     rules: &HashMap<i64, &'a JobCheck>,
     now: DateTime<Utc>,
 ) -> Vec<(&'r Routed, &'a JobCheck)> {
-    let late: Vec<(&Routed, &JobCheck, MisfireStrategy)> = taken
+    taken
         .iter()
+        .filter(|r| {
+            matches!(
+                r.trigger.kind,
+                TriggerKind::Cron
+                    | TriggerKind::FixRate
+                    | TriggerKind::FixDelay
+                    | TriggerKind::Once
+                    | TriggerKind::Misfire
+            )
+        })
         .filter_map(|r| {
             let rule = rules.get(&r.trigger.job_id.0)?;
             let strategy: MisfireStrategy = rule.misfire.parse().ok()?;
             let threshold = chrono::Duration::milliseconds(rule.misfire_threshold_ms);
-            (r.trigger.fire_time < now - threshold).then_some((*r, *rule, strategy))
+            (strategy != MisfireStrategy::FireAll && r.trigger.fire_time < now - threshold)
+                .then_some((*r, *rule))
         })
-        .collect();
-    let mut newest: HashMap<(i64, u32), DateTime<Utc>> = HashMap::new();
-    for (r, _, _) in &late {
-        let key = (r.trigger.job_id.0, r.trigger.shard_index);
-        let t = newest.entry(key).or_insert(r.trigger.fire_time);
-        *t = (*t).max(r.trigger.fire_time);
-    }
-    late.into_iter()
-        .filter(|(r, _, strategy)| match strategy {
-            MisfireStrategy::DoNothing => true,
-            MisfireStrategy::FireOnceNow => {
-                newest.get(&(r.trigger.job_id.0, r.trigger.shard_index))
-                    != Some(&r.trigger.fire_time)
-            }
-            MisfireStrategy::FireAll => false,
-        })
-        .map(|(r, rule, _)| (r, rule))
         .collect()
 }
 
@@ -804,7 +815,7 @@ async fn write_published(
 mod tests {
     use super::*;
     use crate::trigger::PreClaim;
-    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
+    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId};
 
     fn taken(id: i64, job: i64, shard_index: u32, fire_time: DateTime<Utc>) -> Routed {
         let route = Route {
@@ -872,7 +883,7 @@ mod tests {
             taken(2, 1, 0, ago(2_000)),
             taken(3, 1, 0, ago(500)),
             taken(4, 1, 0, ago(-200)),
-            // job 2, fire_once_now, 1 s: the latest late run of each broadcast shard is sent.
+            // job 2, fire_once_now, 1 s: late runs of both broadcast shards.
             taken(5, 2, 0, ago(3_000)),
             taken(6, 2, 0, ago(2_000)),
             taken(7, 2, 1, ago(3_000)),
@@ -894,13 +905,18 @@ mod tests {
             rule(5, "sometimes", 0, now),
         ];
         let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
-        let taken: Vec<&Routed> = runs.iter().collect();
-        let late = late_runs(&taken, &rules, now);
-        assert_eq!(ids(&late), vec![1, 2, 5, 11]);
+        let all: Vec<&Routed> = runs.iter().collect();
+        let late = late_runs(&all, &rules, now);
+        // fire_once_now's late runs are all candidates: the query keeps the latest.
+        assert_eq!(ids(&late), vec![1, 2, 5, 6, 7, 11]);
         let (_, rule) = late.iter().find(|(r, _)| r.trigger.id.0 == 5).unwrap();
         assert_eq!(rule.misfire, "fire_once_now");
+        // Only runs of a job's schedule misfire.
+        let mut manual = taken(14, 1, 0, ago(9_000));
+        manual.trigger.kind = TriggerKind::Manual;
+        assert!(late_runs(&[&manual], &rules, now).is_empty());
         // A job whose rule was not read (not among the checks) sends its runs.
-        let none = late_runs(&taken, &HashMap::new(), now);
+        let none = late_runs(&all, &HashMap::new(), now);
         assert!(none.is_empty());
     }
 }

@@ -21,6 +21,8 @@ use sqlx::PgPool;
 
 const TTL_MS: u64 = 3000;
 const RENEW_MS: u64 = 1000;
+/// The admins' `CADENZA_PUBLISH_AHEAD_MS` where a test depends on it.
+const PUBLISH_AHEAD_MS: u64 = 250;
 /// G5: shards of a dead admin are held again within TTL + one renewal (+ the test's polling).
 const TAKEOVER_BOUND: Duration = Duration::from_millis(TTL_MS + RENEW_MS + 600);
 
@@ -585,26 +587,32 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
     let admin = spawn_admin_with(
         &cluster,
         "admin-behind",
-        &[("CADENZA_LEASE_TTL_MS", "15000".to_owned())],
+        &[
+            ("CADENZA_LEASE_TTL_MS", "15000".to_owned()),
+            ("CADENZA_PUBLISH_AHEAD_MS", PUBLISH_AHEAD_MS.to_string()),
+        ],
     )
     .await;
     let api = admin.api();
-    let (status, job) = api
-        .post_json(
-            "/api/jobs",
-            &json!({"name": "behind", "job_type": "chaos.behind",
-            "schedule": {"kind": "fix_rate", "every_ms": 250},
-            "misfire": "do_nothing", "misfire_threshold_ms": 300}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::CREATED, "{job}");
-    let id = job["id"].as_i64().unwrap();
+    let mut jobs = Vec::new();
+    for misfire in ["do_nothing", "fire_once_now"] {
+        let (status, job) = api
+            .post_json(
+                "/api/jobs",
+                &json!({"name": format!("behind-{misfire}"), "job_type": "chaos.behind",
+                "schedule": {"kind": "fix_rate", "every_ms": 250},
+                "misfire": misfire, "misfire_threshold_ms": 300}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        jobs.push(job["id"].as_i64().unwrap());
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written_ahead: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM triggers WHERE job_id = $1 AND status = 'publishing' AND fire_time > now() + interval '1 second'",
+        "SELECT count(*) FROM triggers WHERE job_id = ANY($1) AND status = 'publishing' AND fire_time > now() + interval '1 second'",
     )
-    .bind(id)
+    .bind(&jobs)
     .fetch_one(&pool)
     .await
     .unwrap();
@@ -612,29 +620,34 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
 
     let frozen_at = Utc::now();
     admin.pause().unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
     admin.resume().unwrap();
     let woke_at = Utc::now();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (status, body) = api
-        .post_empty(&format!("/api/jobs/{id}/disable"))
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
+    for id in &jobs {
+        let (status, body) = api
+            .post_empty(&format!("/api/jobs/{id}/disable"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
     wait_quiet(&pool).await;
 
-    // Runs due while the admin was frozen were taken at least 300 ms late (the margins cover
-    // the freeze's start and end): none was sent.
-    let frozen: Vec<(String, Option<String>)> = sqlx::query_as(
-        "SELECT status, message FROM triggers WHERE job_id = $1 AND fire_time > $2 AND fire_time < $3 ORDER BY fire_time",
-    )
-    .bind(id)
-    .bind(frozen_at + chrono::Duration::milliseconds(400))
-    .bind(woke_at - chrono::Duration::milliseconds(400))
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    assert!(frozen.len() >= 5, "{frozen:?}");
+    // Runs due while the admin was frozen were taken more than 300 ms late: runs taken before
+    // the freeze are due at most the publish-ahead after it began, and the margins cover that
+    // and the freeze's end.
+    let frozen_runs = |job: i64| {
+        sqlx::query_as::<_, (String, Option<String>)>(
+            "SELECT status, message FROM triggers WHERE job_id = $1 AND fire_time > $2 AND fire_time < $3 ORDER BY fire_time",
+        )
+        .bind(job)
+        .bind(frozen_at + chrono::Duration::milliseconds(PUBLISH_AHEAD_MS as i64 + 350))
+        .bind(woke_at - chrono::Duration::milliseconds(400))
+        .fetch_all(&pool)
+    };
+    // do_nothing: none was sent.
+    let frozen = frozen_runs(jobs[0]).await.unwrap();
+    assert!(frozen.len() >= 6, "{frozen:?}");
     assert!(
         frozen.iter().all(|(status, _)| status == "misfired"),
         "runs taken past their misfire threshold were sent: {frozen:?}"
@@ -645,11 +658,15 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
             .is_some_and(|m| m.contains("while publication was behind"))),
         "recorded when taken, not by the sweep: {frozen:?}"
     );
+    // fire_once_now: only the latest late run is sent, the others misfired.
+    let frozen = frozen_runs(jobs[1]).await.unwrap();
+    let sent = frozen.iter().filter(|(s, _)| s != "misfired").count();
+    assert!(frozen.len() >= 6 && sent <= 1, "{frozen:?}");
     // Runs go on after it: due once the admin woke up, they are published again.
     let after: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM triggers WHERE job_id = $1 AND fire_time > $2 AND status = 'published'",
     )
-    .bind(id)
+    .bind(jobs[0])
     .bind(woke_at + chrono::Duration::milliseconds(500))
     .fetch_one(&pool)
     .await
