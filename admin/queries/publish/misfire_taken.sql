@@ -24,7 +24,7 @@ WITH taken AS (
          AS u (id, epoch, threshold_ms, misfire) ON t.id = u.id
     WHERE t.status = 'publishing' AND t.lease_epoch = u.epoch
     ORDER BY t.id
-    FOR UPDATE OF t
+    FOR NO KEY UPDATE OF t
 ),
 misfired AS (
     UPDATE triggers t

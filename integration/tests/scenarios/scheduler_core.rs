@@ -584,11 +584,14 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
     let cluster = Cluster::start().await.unwrap();
     let pool = cluster.pool().await.unwrap();
     // A lease long enough to outlast the freeze: the admin still holds its shards when it wakes.
+    // A look-ahead long enough that every run due in the freeze was written before it (up to
+    // twice the look-ahead ahead), whatever the test's own delays.
     let admin = spawn_admin_with(
         &cluster,
         "admin-behind",
         &[
             ("CADENZA_LEASE_TTL_MS", "15000".to_owned()),
+            ("CADENZA_LOOKAHEAD_MS", "5000".to_owned()),
             ("CADENZA_PUBLISH_AHEAD_MS", PUBLISH_AHEAD_MS.to_string()),
         ],
     )
@@ -610,7 +613,7 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written_ahead: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM triggers WHERE job_id = ANY($1) AND status = 'publishing' AND fire_time > now() + interval '1 second'",
+        "SELECT count(*) FROM triggers WHERE job_id = ANY($1) AND status = 'publishing' AND fire_time > now() + interval '4 seconds'",
     )
     .bind(&jobs)
     .fetch_one(&pool)
