@@ -363,53 +363,7 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
         // Taken later than the job's misfire threshold (publication behind): the job's misfire
         // strategy applies here, as the sweep applies it to `scheduled` runs.
         if let Some(db_now) = db_now {
-            let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
-            let taken: Vec<&Routed> = routed
-                .iter()
-                .filter(|r| r.trigger.claim.is_some() && keep.contains(&r.trigger.id.0))
-                .collect();
-            let late = late_runs(&taken, &rules, db_now);
-            if !late.is_empty() {
-                let still: Vec<(i64, bool)> = sqlx::query_as(sql!("publish/misfire_taken"))
-                    .bind(late.iter().map(|(r, _)| r.trigger.id.0).collect::<Vec<_>>())
-                    .bind(late.iter().map(|(r, _)| r.term.epoch).collect::<Vec<_>>())
-                    .bind(
-                        late.iter()
-                            .map(|(_, c)| c.misfire_threshold_ms)
-                            .collect::<Vec<_>>(),
-                    )
-                    .bind(
-                        late.iter()
-                            .map(|(_, c)| c.misfire.clone())
-                            .collect::<Vec<_>>(),
-                    )
-                    .fetch_all(&mut *tx)
-                    .await?;
-                // Sent only if still ours and not recorded `misfired` now (a row recorded so
-                // by an earlier take whose commit reported an error is not returned).
-                let send: HashSet<i64> = still
-                    .iter()
-                    .filter(|(_, misfired)| !misfired)
-                    .map(|(id, _)| *id)
-                    .collect();
-                for (r, _) in &late {
-                    if !send.contains(&r.trigger.id.0) {
-                        keep.remove(&r.trigger.id.0);
-                    }
-                }
-                let misfired: Vec<i64> = still
-                    .into_iter()
-                    .filter(|(_, misfired)| *misfired)
-                    .map(|(id, _)| id)
-                    .collect();
-                ended = crate::outcome::after_misfire(&mut tx, &misfired).await?;
-                if !misfired.is_empty() {
-                    tracing::warn!(
-                        count = misfired.len(),
-                        "runs taken for sending later than their misfire threshold recorded as misfired"
-                    );
-                }
-            }
+            ended = misfire_late(&mut tx, routed, &checks, db_now, &mut keep).await?;
         }
     }
     if !fresh.is_empty() {
@@ -420,6 +374,65 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     routed.retain(|r| keep.contains(&r.trigger.id.0));
     outcome.skipped += before - routed.len();
     Ok(())
+}
+
+/// Records `misfired` the runs written claimed and kept in `keep` that were taken past their
+/// job's misfire threshold, as its strategy says ([`late_runs`], `publish/misfire_taken`), and
+/// removes from `keep` every late run not to be sent: misfired now, or no longer `publishing`
+/// under the epoch it was taken at (recorded so by an earlier take whose commit reported an
+/// error). Returns the runs ended, to count once committed.
+async fn misfire_late(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    routed: &[Routed],
+    checks: &[JobCheck],
+    db_now: DateTime<Utc>,
+    keep: &mut HashSet<i64>,
+) -> Result<crate::outcome::Ended, SchedulerError> {
+    let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
+    let taken: Vec<&Routed> = routed
+        .iter()
+        .filter(|r| r.trigger.claim.is_some() && keep.contains(&r.trigger.id.0))
+        .collect();
+    let late = late_runs(&taken, &rules, db_now);
+    if late.is_empty() {
+        return Ok(crate::outcome::Ended::default());
+    }
+    let decided: Vec<(i64, bool)> = sqlx::query_as(sql!("publish/misfire_taken"))
+        .bind(late.iter().map(|(r, _)| r.trigger.id.0).collect::<Vec<_>>())
+        .bind(late.iter().map(|(r, _)| r.term.epoch).collect::<Vec<_>>())
+        .bind(
+            late.iter()
+                .map(|(_, c)| c.misfire_threshold_ms)
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            late.iter()
+                .map(|(_, c)| c.misfire.clone())
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(&mut **tx)
+        .await?;
+    let mut misfired = Vec::new();
+    let mut send = HashSet::new();
+    for (id, late) in decided {
+        if late {
+            misfired.push(id);
+        } else {
+            send.insert(id);
+        }
+    }
+    for (r, _) in &late {
+        if !send.contains(&r.trigger.id.0) {
+            keep.remove(&r.trigger.id.0);
+        }
+    }
+    if !misfired.is_empty() {
+        tracing::warn!(
+            count = misfired.len(),
+            "runs taken for sending later than their misfire threshold recorded as misfired"
+        );
+    }
+    Ok(crate::outcome::after_misfire(tx, &misfired).await?)
 }
 
 /// A job's row as the ledger checks it when its runs written claimed are taken.
