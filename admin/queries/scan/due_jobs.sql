@@ -1,12 +1,14 @@
--- Enabled jobs of the given shards due before now + lookahead ($2 ms), earliest first.
--- Uses the partial index jobs_due; jobs that are not due are never read.
+-- Enabled jobs of the given shards due before now + lookahead ($2 ms), earliest first, at most
+-- $3 of them. A plain ordered scan of the partial index jobs_due_at (see its migration), which
+-- the caller makes sure of: a bitmap scan would read every dead entry left by earlier advances.
+-- Jobs of shards not held are passed over in the index; jobs that are not due are never read.
 SELECT id, schedule, misfire, misfire_threshold_ms, next_fire_at, now() AS db_now, job_type, route,
        shard, plan_gen
 FROM jobs
 WHERE enabled
-  AND shard = ANY($1::int[])
   AND next_fire_at IS NOT NULL
   AND next_fire_at <= now() + make_interval(secs => $2::float8 / 1000.0)
+  AND shard = ANY($1::int[])
 ORDER BY next_fire_at
 LIMIT $3
 FOR NO KEY UPDATE SKIP LOCKED
