@@ -169,12 +169,17 @@ impl Publisher {
                     let ctx = self.ctx.clone();
                     let recorder = recorder.clone();
                     in_flight.spawn(async move {
+                        // Runs handed to the recorder stay known to the timer until it has
+                        // recorded them (it settles them), so that a read-back never takes a
+                        // run whose delivery this admin knows and is about to record.
+                        let mut handed: Vec<i64> = Vec::new();
                         let round = async {
                             // Acknowledgements are awaited while the batch is still being
                             // sent, so each is seen (and timed) as it comes.
                             let (tx, rx) = mpsc::unbounded_channel();
                             let (produced, recorded) =
                                 tokio::join!(produce(&ctx, claimed, tx), record(&ctx, rx, &recorder));
+                            handed = recorded.handed;
                             let mut outcome = produced?;
                             outcome.published = recorded.published;
                             outcome.failed += recorded.failed;
@@ -188,7 +193,8 @@ impl Publisher {
                             Ok(_) => {}
                             Err(e) => tracing::error!(error = %e, "sending or recording a publication batch failed; it is read back"),
                         }
-                        ctx.wheel.settle(ids);
+                        let handed: HashSet<i64> = handed.into_iter().collect();
+                        ctx.wheel.settle(ids.into_iter().filter(|id| !handed.contains(id)));
                     });
                 }
                 Err(e) => {
@@ -671,7 +677,10 @@ async fn record(
         }
     }
     outcome.published = delivered.ids.len();
-    recorder.delivered(delivered);
+    let ids = delivered.ids.clone();
+    if recorder.delivered(delivered) {
+        outcome.handed = ids;
+    }
     tracing::debug!(
         published = outcome.published,
         max_lateness_ms = lateness.iter().max().copied().unwrap_or(0),
@@ -696,6 +705,8 @@ async fn record(
 struct Recorded {
     published: usize,
     failed: usize,
+    /// Runs the recorder took: it settles them in the timer once it has recorded them.
+    handed: Vec<i64>,
 }
 
 /// Deliveries acknowledged by the broker, waiting to be recorded.
@@ -730,9 +741,11 @@ impl Recorder {
         (Self { tx, delay }, task)
     }
 
-    fn delivered(&self, mut delivered: Delivered) {
+    /// Whether the recorder took the deliveries (and with them the job of settling their runs
+    /// in the timer once recorded).
+    fn delivered(&self, mut delivered: Delivered) -> bool {
         if delivered.ids.is_empty() {
-            return;
+            return false;
         }
         delivered.due = Some(tokio::time::Instant::now() + self.delay);
         if self.tx.send(delivered).is_err() {
@@ -741,7 +754,9 @@ impl Recorder {
             tracing::warn!(
                 "the recorder of publications has stopped; delivered runs are left to the read-back"
             );
+            return false;
         }
+        true
     }
 }
 
@@ -767,6 +782,7 @@ async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver
                         let Some(old) = waiting.pop_front() else { break };
                         queued -= old.ids.len();
                         dropped += old.ids.len();
+                        ctx.wheel.settle(old.ids);
                     }
                     if dropped > 0 {
                         tracing::warn!(runs = dropped, "the database is far behind recording deliveries; the oldest are left to the read-back");
@@ -787,10 +803,13 @@ async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver
                     due.extend(waiting.pop_front());
                 }
                 queued -= runs;
+                let ids: Vec<i64> = due.iter().flat_map(|d| d.ids.iter().copied()).collect();
                 let written = async { write_published(&ctx, due).await.map_err(anyhow::Error::from) };
                 if let Err(e) = guard::round("recording delivered runs", written).await {
                     tracing::warn!(error = %e, "recording delivered runs failed; they stay publishing and are read back");
                 }
+                // Recorded, or left to the read-back.
+                ctx.wheel.settle(ids);
             }
         }
     }
