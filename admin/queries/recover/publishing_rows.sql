@@ -4,7 +4,7 @@
 -- runs when it writes them, ahead of it; the caller also leaves out runs still in its timer),
 -- and — once the previous holders' sends have settled ($4) — every run marked under an earlier
 -- epoch. A run this admin marked under its current epoch a moment ago is
--- never taken: its send is still in flight. At most 10,000, the earliest of each shard.
+-- never taken: its send is still in flight. At most 10,000.
 --
 -- Each shard is read in fire-time order from triggers_pending, up to the fire-time bound (none
 -- after a takeover), with a plain index scan: it marks the dead entries that runs recorded
@@ -23,7 +23,7 @@ CROSS JOIN LATERAL (
       AND (GREATEST(t.updated_at, t.fire_time) < now() - make_interval(secs => $3::float8 / 1000.0)
            OR ($4 AND (t.lease_epoch IS NULL OR t.lease_epoch < mine.epoch)))
     ORDER BY t.fire_time
-    LIMIT 10000 / GREATEST(cardinality($1::int[]), 1) + 1
+    LIMIT 10000
 ) AS r
 ORDER BY r.id
 LIMIT 10000

@@ -1,7 +1,10 @@
 -- Enabled jobs of the given shards due before now + lookahead ($2 ms), earliest first, at most
--- $3 of them. A plain ordered scan of the partial index jobs_due_at (see its migration), which
--- the caller makes sure of: a bitmap scan would read every dead entry left by earlier advances.
--- Jobs of shards not held are passed over in the index; jobs that are not due are never read.
+-- $3 of them: a plain ordered scan of the partial index jobs_due_at (see its migration) that
+-- stops after the batch; the caller turns bitmap scans off around it, since a bitmap scan would
+-- read every dead entry left by earlier advances. Jobs that are not due are never read. Due jobs
+-- of shards this admin does not hold are read and passed over (PostgreSQL checks the shard on
+-- the row): in a cluster those are the few that other admins have not claimed yet, and, until a
+-- dead admin's shards are taken over (the lease TTL), its due jobs.
 SELECT id, schedule, misfire, misfire_threshold_ms, next_fire_at, now() AS db_now, job_type, route,
        shard, plan_gen
 FROM jobs

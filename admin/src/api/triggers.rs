@@ -521,16 +521,13 @@ pub async fn log_stream(
 }
 
 /// `triggers/list_by_status` for `status`, with the condition that lets every plan of the
-/// statement use the index serving that status (migrations 0013 and 0017): `triggers_scheduled`
-/// for scheduled runs, `triggers_pending` for publishing ones, `triggers_running` for running
-/// ones, the newest runs first for succeeded ones (most runs), and `triggers_status` for the
-/// others.
+/// statement use the index serving that status (migration 0013): `triggers_pending` for
+/// scheduled and publishing runs, `triggers_running` for running ones, the newest runs first for
+/// succeeded ones (most runs), and `triggers_status` for the others.
 fn list_by_status(status: RunStatus) -> &'static str {
     use std::sync::LazyLock;
     const BASE: &str = sql!("triggers/list_by_status");
     const PLACEHOLDER: &str = "TRUE /* index */";
-    static SCHEDULED: LazyLock<String> =
-        LazyLock::new(|| BASE.replace(PLACEHOLDER, "status = 'scheduled'"));
     static PENDING: LazyLock<String> =
         LazyLock::new(|| BASE.replace(PLACEHOLDER, "status IN ('scheduled', 'publishing')"));
     static RUNNING: LazyLock<String> =
@@ -542,8 +539,7 @@ fn list_by_status(status: RunStatus) -> &'static str {
         )
     });
     match status {
-        RunStatus::Scheduled => SCHEDULED.as_str(),
-        RunStatus::Publishing => PENDING.as_str(),
+        RunStatus::Scheduled | RunStatus::Publishing => PENDING.as_str(),
         RunStatus::Running => RUNNING.as_str(),
         RunStatus::Succeeded => BASE,
         RunStatus::Published

@@ -762,24 +762,29 @@ impl Recorder {
 
 /// The recorder's task: waits for the earliest delivery's time, then records every delivery due
 /// by then (up to [`MAX_RECORD`] runs a statement); at the end, records all that is left.
-async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver<Delivered>) {
-    let mut waiting: VecDeque<Delivered> = VecDeque::new();
+async fn record_loop(ctx: Arc<SchedulerContext>, rx: mpsc::UnboundedReceiver<Delivered>) {
+    let mut h = Unrecorded {
+        ctx: ctx.clone(),
+        waiting: VecDeque::new(),
+        rx,
+    };
     let mut queued = 0;
     let mut open = true;
-    while open || !waiting.is_empty() {
+    while open || !h.waiting.is_empty() {
         // Once every sender is gone, what is left is due at once.
         let now = tokio::time::Instant::now();
-        let next = waiting
+        let next = h
+            .waiting
             .front()
             .map(|d| if open { d.due.unwrap_or(now) } else { now });
         tokio::select! {
-            received = rx.recv(), if open => match received {
+            received = h.rx.recv(), if open => match received {
                 Some(d) => {
                     queued += d.ids.len();
-                    waiting.push_back(d);
+                    h.waiting.push_back(d);
                     let mut dropped = 0;
                     while queued > MAX_WAITING {
-                        let Some(old) = waiting.pop_front() else { break };
+                        let Some(old) = h.waiting.pop_front() else { break };
                         queued -= old.ids.len();
                         dropped += old.ids.len();
                         ctx.wheel.settle(old.ids);
@@ -794,13 +799,13 @@ async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver
                 let now = tokio::time::Instant::now();
                 let mut due = Vec::new();
                 let mut runs = 0;
-                while let Some(d) = waiting.front() {
+                while let Some(d) = h.waiting.front() {
                     let ready = !open || d.due.is_none_or(|at| at <= now);
                     if !ready || (runs > 0 && runs + d.ids.len() > MAX_RECORD) {
                         break;
                     }
                     runs += d.ids.len();
-                    due.extend(waiting.pop_front());
+                    due.extend(h.waiting.pop_front());
                 }
                 queued -= runs;
                 let ids: Vec<i64> = due.iter().flat_map(|d| d.ids.iter().copied()).collect();
@@ -812,6 +817,25 @@ async fn record_loop(ctx: Arc<SchedulerContext>, mut rx: mpsc::UnboundedReceiver
                 ctx.wheel.settle(ids);
             }
         }
+    }
+}
+
+/// What the recorder holds. Whatever is left when its task ends, even by a panic, is settled in
+/// the timer, so that the read-back takes those runs.
+struct Unrecorded {
+    ctx: Arc<SchedulerContext>,
+    waiting: VecDeque<Delivered>,
+    rx: mpsc::UnboundedReceiver<Delivered>,
+}
+
+impl Drop for Unrecorded {
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok(d) = self.rx.try_recv() {
+            self.waiting.push_back(d);
+        }
+        let ids: Vec<i64> = self.waiting.drain(..).flat_map(|d| d.ids).collect();
+        self.ctx.wheel.settle(ids);
     }
 }
 

@@ -429,12 +429,18 @@ impl Scanner {
         if confirmed.is_empty() {
             return Ok(ScanOutcome::default());
         }
-        // 2.
+        // 2. A plain index scan, never a bitmap scan (see the statement).
+        sqlx::query("SET LOCAL enable_bitmapscan = off")
+            .execute(&mut *tx)
+            .await?;
         let due: Vec<DueJob> = sqlx::query_as(sql!("scan/due_jobs"))
             .bind(ShardId::to_db_all(confirmed.iter().map(|t| &t.shard)))
             .bind(cfg.lookahead_ms as f64)
             .bind(cfg.scan_batch)
             .fetch_all(&mut *tx)
+            .await?;
+        sqlx::query("SET LOCAL enable_bitmapscan = DEFAULT")
+            .execute(&mut *tx)
             .await?;
         if due.is_empty() {
             tx.commit().await?;

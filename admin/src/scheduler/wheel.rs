@@ -18,7 +18,8 @@ use crate::trigger::PendingTrigger;
 struct Inner {
     /// (fire time in ms, trigger id) → trigger
     queue: BTreeMap<(i64, i64), PendingTrigger>,
-    /// ids in the queue or handed to the publisher and not yet settled
+    /// ids in the queue, or handed to the publisher and not yet settled (sent, or delivered
+    /// and waiting to be recorded)
     known: HashSet<i64>,
     /// ids of runs written by a scan transaction that is committing, not yet inserted
     reserved: HashSet<i64>,
@@ -76,7 +77,8 @@ impl Wheel {
     }
 
     /// Which of `ids` are waiting here or were handed to the publisher and not yet settled: their
-    /// sends have not been made (or are in flight), so a read-back must not take them.
+    /// sends have not been made, are in flight, or were delivered and are about to be recorded,
+    /// so a read-back must not take them.
     pub fn known_among(&self, ids: impl IntoIterator<Item = i64>) -> HashSet<i64> {
         let inner = self.lock();
         ids.into_iter()
