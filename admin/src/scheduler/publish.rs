@@ -764,7 +764,7 @@ impl Recorder {
 /// by then (up to [`MAX_RECORD`] runs a statement); at the end, records all that is left.
 async fn record_loop(ctx: Arc<SchedulerContext>, rx: mpsc::UnboundedReceiver<Delivered>) {
     let mut h = Unrecorded {
-        ctx: ctx.clone(),
+        wheel: ctx.wheel.clone(),
         waiting: VecDeque::new(),
         rx,
     };
@@ -823,7 +823,7 @@ async fn record_loop(ctx: Arc<SchedulerContext>, rx: mpsc::UnboundedReceiver<Del
 /// What the recorder holds. Whatever is left when its task ends, even by a panic, is settled in
 /// the timer, so that the read-back takes those runs.
 struct Unrecorded {
-    ctx: Arc<SchedulerContext>,
+    wheel: Arc<super::wheel::Wheel>,
     waiting: VecDeque<Delivered>,
     rx: mpsc::UnboundedReceiver<Delivered>,
 }
@@ -835,7 +835,7 @@ impl Drop for Unrecorded {
             self.waiting.push_back(d);
         }
         let ids: Vec<i64> = self.waiting.drain(..).flat_map(|d| d.ids).collect();
-        self.ctx.wheel.settle(ids);
+        self.wheel.settle(ids);
     }
 }
 
@@ -974,5 +974,48 @@ mod tests {
         // A job whose rule was not read (not among the checks) sends its runs.
         let none = late_runs(&all, &HashMap::new(), now);
         assert!(none.is_empty());
+    }
+
+    /// Runs handed to the recorder stay known to the timer (the read-back leaves them alone)
+    /// until they are recorded; whatever the recorder still holds when its task ends, queued or
+    /// not yet received, is settled so that the read-back takes it.
+    #[tokio::test]
+    async fn runs_the_recorder_still_holds_are_settled_when_it_ends() {
+        let wheel = Arc::new(super::super::wheel::Wheel::default());
+        let past = Utc::now() - chrono::Duration::seconds(1);
+        wheel.insert((1..=3).map(|id| taken(id, id, 0, past).trigger).collect());
+        let clock = crate::scheduler::clock::DbClock::default();
+        let cancel = CancellationToken::new();
+        let out = wheel
+            .next_due(10, &clock, std::time::Duration::ZERO, &cancel)
+            .await;
+        assert_eq!(out.len(), 3);
+        assert_eq!(
+            wheel.known_among([1, 2, 3]).len(),
+            3,
+            "taken runs stay known"
+        );
+        let delivered = |ids: Vec<i64>| Delivered {
+            ids,
+            ..Delivered::default()
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let guard = Unrecorded {
+            wheel: wheel.clone(),
+            waiting: VecDeque::from([delivered(vec![1])]),
+            rx,
+        };
+        tx.send(delivered(vec![2])).unwrap();
+        // Run 3 was never handed to the recorder: its sender settles it, not the recorder.
+        drop(guard);
+        assert_eq!(
+            wheel.known_among([1, 2, 3]),
+            HashSet::from([3]),
+            "queued and unreceived deliveries are settled"
+        );
+        assert!(
+            tx.send(delivered(vec![3])).is_err(),
+            "the recorder takes no more"
+        );
     }
 }
