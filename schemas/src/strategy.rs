@@ -167,6 +167,20 @@ wire_enum! {
     }
 }
 
+impl TriggerKind {
+    /// A run of a job's schedule (its misfire strategy applies to it), not one asked for.
+    pub fn is_schedule(self) -> bool {
+        matches!(
+            self,
+            TriggerKind::Cron
+                | TriggerKind::FixRate
+                | TriggerKind::FixDelay
+                | TriggerKind::Once
+                | TriggerKind::Misfire
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

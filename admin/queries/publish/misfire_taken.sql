@@ -1,4 +1,4 @@
--- Runs written claimed that were taken for sending later than their job's misfire threshold
+-- Runs of a schedule taken for sending later than their job's misfire threshold
 -- (publication was behind), as the job's misfire strategy says: `do_nothing` records each
 -- `misfired` instead of sending it; `fire_once_now` records one `misfired` when a later run of
 -- the same job and broadcast shard is past the threshold too and not sent yet, so only the latest

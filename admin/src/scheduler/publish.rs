@@ -36,8 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cadenza_schemas::{
-    JobType, MisfireStrategy, TriggerKind, TriggerMessage, TriggerRecord, HEADER_RECORD,
-    HEADER_TRACEPARENT,
+    JobType, MisfireStrategy, TriggerMessage, TriggerRecord, HEADER_RECORD, HEADER_TRACEPARENT,
 };
 use cadenza_worker::telemetry;
 use chrono::{DateTime, Utc};
@@ -338,16 +337,25 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     let mut keep: HashSet<i64> = HashSet::with_capacity(routed.len());
     let mut ended = crate::outcome::Ended::default();
     // The jobs first: a job change holds its job's lock while it drops rows, so taking the
-    // rows' locks (the marks) before the jobs' could deadlock with it.
-    if !pre.is_empty() {
-        let mut jobs: Vec<i64> = pre.iter().map(|r| r.trigger.job_id.0).collect();
-        jobs.sort_unstable();
-        jobs.dedup();
-        let checks: Vec<JobCheck> = sqlx::query_as(sql!("publish/check_plans"))
+    // rows' locks (the marks) before the jobs' could deadlock with it. Checked: the jobs of
+    // runs written claimed (their plan generation and misfire rule), and those of `scheduled`
+    // runs of a schedule (their misfire rule: taken late, they misfire here as claimed ones do).
+    let mut jobs: Vec<i64> = pre
+        .iter()
+        .chain(fresh.iter().filter(|r| r.trigger.kind.is_schedule()))
+        .map(|r| r.trigger.job_id.0)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    let checks: Vec<JobCheck> = if jobs.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_as(sql!("publish/check_plans"))
             .bind(&jobs)
             .fetch_all(&mut *tx)
-            .await?;
-        let db_now = checks.first().map(|c| c.db_now);
+            .await?
+    };
+    if !pre.is_empty() {
         let gens: HashMap<i64, i64> = checks.iter().map(|c| (c.id, c.plan_gen)).collect();
         // Runs routed again when taken: their rows get the new route, if still there.
         let (moved, pre): (Vec<&Routed>, Vec<&Routed>) = pre.into_iter().partition(|r| r.moved);
@@ -366,14 +374,14 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
                 .await?;
             keep.extend(still);
         }
-        // Taken later than the job's misfire threshold (publication behind): the job's misfire
-        // strategy applies here, as the sweep applies it to `scheduled` runs.
-        if let Some(db_now) = db_now {
-            ended = misfire_late(&mut tx, routed, &checks, db_now, &mut keep).await?;
-        }
     }
     if !fresh.is_empty() {
         keep.extend(write_routes(&mut tx, sql!("publish/mark_publishing"), &fresh).await?);
+    }
+    // Taken later than the job's misfire threshold (publication behind): the job's misfire
+    // strategy applies here, as the sweep applies it to `scheduled` runs.
+    if let Some(db_now) = checks.first().map(|c| c.db_now) {
+        ended = misfire_late(&mut tx, routed, &checks, db_now, &mut keep).await?;
     }
     tx.commit().await?;
     ended.record();
@@ -382,7 +390,7 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     Ok(())
 }
 
-/// Records `misfired` the runs written claimed and kept in `keep` that were taken past their
+/// Records `misfired` the runs of a schedule kept in `keep` that were taken past their
 /// job's misfire threshold, as its strategy says ([`late_runs`], `publish/misfire_taken`), and
 /// removes from `keep` every late run not to be sent: misfired now, or no longer `publishing`
 /// under the epoch it was taken at (recorded so by an earlier take whose commit reported an
@@ -397,7 +405,7 @@ async fn misfire_late(
     let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
     let taken: Vec<&Routed> = routed
         .iter()
-        .filter(|r| r.trigger.claim.is_some() && keep.contains(&r.trigger.id.0))
+        .filter(|r| keep.contains(&r.trigger.id.0))
         .collect();
     let late = late_runs(&taken, &rules, db_now);
     if late.is_empty() {
@@ -463,16 +471,7 @@ fn late_runs<'a, 'r>(
 ) -> Vec<(&'r Routed, &'a JobCheck)> {
     taken
         .iter()
-        .filter(|r| {
-            matches!(
-                r.trigger.kind,
-                TriggerKind::Cron
-                    | TriggerKind::FixRate
-                    | TriggerKind::FixDelay
-                    | TriggerKind::Once
-                    | TriggerKind::Misfire
-            )
-        })
+        .filter(|r| r.trigger.kind.is_schedule())
         .filter_map(|r| {
             let rule = rules.get(&r.trigger.job_id.0)?;
             let strategy: MisfireStrategy = rule.misfire.parse().ok()?;
@@ -871,7 +870,7 @@ async fn write_published(
 mod tests {
     use super::*;
     use crate::trigger::PreClaim;
-    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId};
+    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
 
     fn taken(id: i64, job: i64, shard_index: u32, fire_time: DateTime<Utc>) -> Routed {
         let route = Route {
