@@ -1,5 +1,6 @@
 -- Runs of a schedule taken for sending later than their job's misfire threshold
--- (publication was behind), as the job's misfire strategy says: `do_nothing` records each
+-- (publication was behind, or the run was left `scheduled` while its shard changed hands), as the
+-- job's misfire strategy says: `do_nothing` records each
 -- `misfired` instead of sending it; `fire_once_now` records one `misfired` when a later run of
 -- the same job and broadcast shard is past the threshold too and not sent yet, so only the latest
 -- goes out (as the sweep's rule, recover/misfire_overdue, keeps the newest). Of the given runs,
@@ -30,7 +31,7 @@ misfired AS (
     UPDATE triggers t
     SET status = 'misfired', finished_at = now(), updated_at = now(),
         message = 'missed its fire time by more than the misfire threshold (' || taken.threshold_ms
-                  || ' ms) while publication was behind; misfire strategy ' || taken.misfire
+                  || ' ms) when it was taken for sending; misfire strategy ' || taken.misfire
     FROM taken
     WHERE t.id = taken.id AND taken.late
     RETURNING t.id

@@ -9,10 +9,11 @@
 //!    ([`crate::route::Router::confirm`]) and is routed again otherwise.
 //! 2. Ledger (`ledger`): one transaction that checks this admin still holds each shard at that
 //!    epoch ([`lease::confirm`]), locks the jobs of the runs written claimed `FOR KEY SHARE` to
-//!    check their `plan_gen` (a job change dropped some of them) and their misfire rule (one
-//!    taken later than its job's threshold is recorded `misfired` instead of sent, by the job's
-//!    strategy), writes the new route of those routed again, and marks the other routed
-//!    triggers `publishing` with their partition and epoch. Doing this ahead of the fire time
+//!    check their `plan_gen` (a job change dropped some of them), writes the new route of those
+//!    routed again, and marks the other routed triggers `publishing` with their partition and
+//!    epoch. A run of a schedule, claimed or not, taken later than its job's misfire threshold
+//!    is recorded `misfired` instead of sent, by the job's strategy (its job is locked and read
+//!    too). Doing this ahead of the fire time
 //!    keeps the transaction out of the fire lateness.
 //! 3. Produce ([`produce`]): at its fire time each is handed to the producer (idempotent,
 //!    `acks=all`), only while this admin still holds its shard at the epoch it was marked under
@@ -314,10 +315,11 @@ impl Publisher {
 /// transaction with the check of their shards' leases ([`lease::confirm`]). Runs the scan wrote
 /// already claimed need no mark: the transaction locks their jobs `FOR KEY SHARE` and reads
 /// their `plan_gen`; where a job change dropped runs written ahead since (its `plan_gen` moved
-/// on), only the runs still there are sent; those routed again when taken get their new route;
-/// those taken later than their job's misfire threshold follow its misfire strategy.
-/// A job change waits for that lock, so it never drops a run taken here. Returns those to send; the others (lease lost, no longer `scheduled`, or
-/// dropped by a job change) count as skipped.
+/// on), only the runs still there are sent; those routed again when taken get their new route.
+/// Runs of a schedule, claimed or not, taken later than their job's misfire threshold follow
+/// its misfire strategy (the jobs of `scheduled` ones are locked and read too). A job change
+/// waits for that lock, so it never drops a run taken here. Returns those to send; the others
+/// (lease lost, no longer `scheduled`, dropped by a job change, or misfired) count as skipped.
 async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), SchedulerError> {
     let RoutedBatch { routed, outcome } = batch;
     if routed.is_empty() {
@@ -449,7 +451,8 @@ async fn misfire_late(
     Ok(crate::outcome::after_misfire(tx, &misfired).await?)
 }
 
-/// A job's row as the ledger checks it when its runs written claimed are taken.
+/// A job's row as the ledger checks it when its runs (written claimed, or `scheduled` runs of its
+/// schedule) are taken.
 #[derive(sqlx::FromRow)]
 struct JobCheck {
     id: i64,
@@ -970,6 +973,10 @@ mod tests {
         let mut manual = taken(14, 1, 0, ago(9_000));
         manual.trigger.kind = TriggerKind::Manual;
         assert!(late_runs(&[&manual], &rules, now).is_empty());
+        // A run of a schedule left `scheduled` (not written claimed) follows its rule as well.
+        let mut fresh = taken(15, 1, 0, ago(9_000));
+        fresh.trigger.claim = None;
+        assert_eq!(ids(&late_runs(&[&fresh], &rules, now)), vec![15]);
         // A job whose rule was not read (not among the checks) sends its runs.
         let none = late_runs(&all, &HashMap::new(), now);
         assert!(none.is_empty());
@@ -1012,9 +1019,30 @@ mod tests {
             HashSet::from([3]),
             "queued and unreceived deliveries are settled"
         );
-        assert!(
-            tx.send(delivered(vec![3])).is_err(),
-            "the recorder takes no more"
+    }
+
+    /// The kinds whose misfire strategy applies are named the same in Rust and in the
+    /// statements that select runs of a schedule.
+    #[test]
+    fn schedule_kinds_are_the_same_in_rust_and_sql() {
+        let rust: Vec<&str> = TriggerKind::ALL
+            .iter()
+            .filter(|k| k.is_schedule())
+            .map(|k| k.as_str())
+            .collect();
+        let list = format!(
+            "kind IN ({})",
+            rust.iter()
+                .map(|k| format!("'{k}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
+        for (name, text) in [
+            ("publish/misfire_taken", sql!("publish/misfire_taken")),
+            ("recover/misfire_overdue", sql!("recover/misfire_overdue")),
+            ("jobs/drop_scheduled_runs", sql!("jobs/drop_scheduled_runs")),
+        ] {
+            assert!(text.contains(&list), "{name} does not select {list}");
+        }
     }
 }

@@ -658,7 +658,7 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
     assert!(
         frozen.iter().any(|(_, m)| m
             .as_deref()
-            .is_some_and(|m| m.contains("while publication was behind"))),
+            .is_some_and(|m| m.contains("when it was taken for sending"))),
         "recorded when taken, not by the sweep: {frozen:?}"
     );
     // fire_once_now: only the latest late run is sent, the others misfired.
