@@ -267,7 +267,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         shard_count,
         api_token: config.api_token.clone(),
         registry,
-        drop_claimed_after: config.scheduler.publish_ahead() + scheduler::CLOCK_GUARD,
+        publish_ahead: config.scheduler.publish_ahead(),
     });
     let app = api::router(state);
     // Step 1 (the scheduler's loops stop on the same token).

@@ -1,8 +1,8 @@
 -- Runs of a job's schedule written ahead and not yet taken for sending are dropped when the job
 -- changes; the scan writes them again from the job's new definition. Returns the earliest
 -- dropped. The job is locked FOR UPDATE by the caller.
--- A run is dropped only when it is due later than $2 ms from now (the publish-ahead plus a guard
--- for the holder's clock). One due sooner is kept whatever its status: a run left `scheduled`
+-- A run is dropped only when it is due later than $2 ms from now (the longest publish-ahead of
+-- the live admins, jobs/taken_window, plus a guard for the holder's clock). One due sooner is kept whatever its status: a run left `scheduled`
 -- past its fire time while its shard changed hands is sent late by the next holder, or misfired
 -- by the job's rule, rather than lost. For a run written claimed (`publishing`): the holder takes runs
 -- for sending under a key-share lock of their job, which the caller's lock waited for, so every

@@ -341,7 +341,8 @@ async fn modify(
     let locked = to_job(row.ok_or_else(|| ApiError::not_found("job", id))?)?;
     // Locked, the job may have changed type since it was checked.
     p.require(Access::Write, locked.spec.job_type.as_str())?;
-    let job = store(&mut tx, &locked, &spec, &schedule, state.drop_claimed_after).await?;
+    let drop_after = state.drop_claimed_after(&mut tx).await?;
+    let job = store(&mut tx, &locked, &spec, &schedule, drop_after).await?;
     audit::done(
         &mut tx,
         &p.actor(),

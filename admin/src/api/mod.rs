@@ -53,10 +53,27 @@ pub struct AppState {
     pub api_token: Option<SecretString>,
     /// Live workers, from their heartbeats.
     pub registry: Arc<crate::route::registry::Registry>,
-    /// A job change drops the runs of its schedule written claimed only when they are due
-    /// later than this: the publish-ahead (when the holder takes a run for sending) plus a guard
-    /// for the holder's reading of the database clock.
-    pub drop_claimed_after: std::time::Duration,
+    /// This admin's publish-ahead: how far ahead of their fire time it takes runs for sending.
+    pub publish_ahead: std::time::Duration,
+}
+
+impl AppState {
+    /// A job change (or a cancel) drops the runs of its schedule written claimed only when they
+    /// are due later than this: the longest publish-ahead of the live admins (the holder of the
+    /// job's shard takes runs for sending that far ahead, and may be configured differently
+    /// from this admin) plus a guard for the holder's reading of the database clock.
+    pub async fn drop_claimed_after(
+        &self,
+        conn: &mut sqlx::PgConnection,
+    ) -> Result<std::time::Duration, sqlx::Error> {
+        let own = i64::try_from(self.publish_ahead.as_millis()).unwrap_or(i64::MAX);
+        let longest: i64 = sqlx::query_scalar(sql!("jobs/taken_window"))
+            .bind(own)
+            .fetch_one(conn)
+            .await?;
+        let longest = std::time::Duration::from_millis(u64::try_from(longest).unwrap_or(0));
+        Ok(longest + crate::scheduler::CLOCK_GUARD)
+    }
 }
 
 pub type Shared = State<Arc<AppState>>;

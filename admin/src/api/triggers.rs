@@ -350,10 +350,11 @@ pub(super) async fn cancel_run(
         Ok(RunStatus::Publishing) => {
             // Written claimed ahead by the scan and not yet taken for sending: cancelled as
             // if it were `scheduled`; else it is being published.
+            let drop_after = state.drop_claimed_after(&mut tx).await?;
             let cancelled: i64 = sqlx::query_scalar(sql!("triggers/cancel_claimed"))
                 .bind(id)
                 .bind(job_id)
-                .bind(state.drop_claimed_after.as_millis() as f64)
+                .bind(drop_after.as_millis() as f64)
                 .bind(format!("cancelled by {by}"))
                 .fetch_one(&mut *tx)
                 .await?;

@@ -202,6 +202,7 @@ impl LeaseManager {
             .bind(late.p50_ms)
             .bind(late.p99_ms)
             .bind(late.max_ms)
+            .bind(i64::try_from(cfg.publish_ahead().as_millis()).unwrap_or(i64::MAX))
             .fetch_one(&mut *conn)
             .await?;
         ctx.clock.observe(sent_wall, db_now, Utc::now());

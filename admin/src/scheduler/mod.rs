@@ -42,7 +42,8 @@ pub const NOTIFY_CHANNEL: &str = "cadenza_trigger";
 
 /// How far an admin's reading of the database clock may be off, as far as dropping runs is
 /// concerned: a job change drops runs written claimed only when they are due later than the
-/// publish-ahead plus this, so it never drops one the holder has taken for sending.
+/// longest publish-ahead of the live admins plus this, so it never drops one the holder has
+/// taken for sending.
 pub const CLOCK_GUARD: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Everything the scheduler's services share.

@@ -1212,3 +1212,117 @@ async fn a_schedule_run_written_ahead_is_cancelled_or_changed_before_it_is_sent(
         }
     }
 }
+
+/// Admins configured with different publish-aheads (a setting changed one admin at a time): a
+/// change made through an admin with a short one keeps the runs that the holder of the job's
+/// shard, with a long one, has already taken for sending. Dropped, they would still be sent,
+/// without a run to record them, and the scan would write their fire times again: sent twice.
+#[tokio::test]
+async fn a_change_keeps_what_an_admin_with_a_longer_publish_ahead_took() {
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    // One shard: the first admin holds it; the second holds none and serves the API.
+    let holder = cluster
+        .spawn_admin(&[
+            ("CADENZA_ADMIN_ID", "holder"),
+            ("CADENZA_SHARD_COUNT", "1"),
+            ("CADENZA_LOOKAHEAD_MS", "4000"),
+            ("CADENZA_PUBLISH_AHEAD_MS", "3000"),
+        ])
+        .await
+        .unwrap();
+    let _w = cluster
+        .spawn_worker("ops.sleep=sleep", "ops", &[])
+        .await
+        .unwrap();
+    let job = holder
+        .api()
+        .create_job(&json!({"name": "often", "job_type": "ops.sleep",
+            "schedule": {"kind": "fix_rate", "every_ms": 1000}, "params": "0"}))
+        .await
+        .unwrap();
+    let other = cluster
+        .spawn_admin(&[("CADENZA_ADMIN_ID", "other"), ("CADENZA_SHARD_COUNT", "1")])
+        .await
+        .unwrap();
+    let other_api = other.api();
+    wait_for(WAIT, "both admins' lease rounds", || {
+        let pool = pool.clone();
+        async move {
+            let aheads: Vec<(String, i64)> =
+                sqlx::query_as("SELECT admin_id, publish_ahead_ms FROM admins ORDER BY 2")
+                    .fetch_all(&pool)
+                    .await?;
+            let held: Option<String> =
+                sqlx::query_scalar("SELECT holder FROM scheduler_lease WHERE expires_at > now()")
+                    .fetch_optional(&pool)
+                    .await?
+                    .flatten();
+            let ready = aheads.len() == 2
+                && aheads[0].1 == 250
+                && aheads[1] == ("holder".to_owned(), 3000)
+                && held.as_deref() == Some("holder");
+            Ok(ready.then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    // Runs sent in a steady state, so that the holder has taken the next ones (due within 3 s).
+    let sent_once = wait_for(WAIT, "a run of the job published", || async {
+        let runs = all_runs(&other_api, job).await;
+        Ok(runs
+            .iter()
+            .any(|r| r["status"] == "succeeded")
+            .then_some(()))
+    });
+    sent_once.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, body) = other_api
+        .patch_json(&format!("/api/jobs/{job}"), &json!({"params": "1"}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (status, _) = other_api
+        .patch_json(&format!("/api/jobs/{job}"), &json!({"enabled": false}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let topic = format!("{}.trigger.ops.sleep", cluster.topic_prefix());
+    let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let mut sent: BTreeMap<String, Vec<(i64, String)>> = BTreeMap::new();
+    for r in &records {
+        if let Ok(v) = r.payload_json() {
+            if v["type"] == "trigger" && v["job_id"] == job {
+                sent.entry(v["fire_time"].as_str().unwrap_or_default().to_owned())
+                    .or_default()
+                    .push((
+                        v["trigger_id"].as_i64().unwrap_or_default(),
+                        v["params"].as_str().unwrap_or_default().to_owned(),
+                    ));
+            }
+        }
+    }
+    assert!(sent.len() >= 8, "{sent:?}");
+    assert!(
+        sent.values().all(|s| s.len() == 1),
+        "a fire time sent twice: {sent:?}"
+    );
+    let runs = all_runs(&other_api, job).await;
+    for (t, s) in &sent {
+        let (id, _) = &s[0];
+        let run = runs.iter().find(|r| r["id"] == *id);
+        assert!(
+            run.is_some_and(|r| r["status"] == "succeeded"),
+            "the run sent for {t} ({id}) is not recorded: {run:?}"
+        );
+    }
+    assert!(
+        sent.values().any(|s| s[0].1 == "1"),
+        "the change never took effect: {sent:?}"
+    );
+}
