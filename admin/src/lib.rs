@@ -225,6 +225,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         registry: registry.clone(),
         router: route::Router::default(),
         read_back: tokio::sync::Mutex::new(()),
+        catch_ups: Default::default(),
     });
     let released = scheduler::spawn(ctx, &tracker, shutdown.clone());
     // Steps 2 → 3: ingest stops only once the scheduler has released its shards.

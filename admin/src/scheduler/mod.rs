@@ -67,6 +67,8 @@ pub struct SchedulerContext {
     /// Held while runs left `publishing` are read back: one read-back at a time, so two cannot
     /// act on the same runs.
     pub read_back: tokio::sync::Mutex<()>,
+    /// Late runs of `fire_once_now` jobs sent as their catch-up (the publisher's misfire rule).
+    pub catch_ups: publish::CatchUps,
 }
 
 /// Starts the scheduler's loops on `tracker`; they stop when `shutdown` is cancelled, after

@@ -382,11 +382,17 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     }
     // Taken later than the job's misfire threshold (publication behind): the job's misfire
     // strategy applies here, as the sweep applies it to `scheduled` runs.
+    let mut caught_up = (Vec::new(), None);
     if let Some(db_now) = checks.first().map(|c| c.db_now) {
-        ended = misfire_late(&mut tx, routed, &checks, db_now, &mut keep).await?;
+        let (e, runs) =
+            misfire_late(&mut tx, routed, &checks, &ctx.catch_ups, db_now, &mut keep).await?;
+        (ended, caught_up) = (e, (runs, Some(db_now)));
     }
     tx.commit().await?;
     ended.record();
+    if let (runs, Some(at)) = caught_up {
+        ctx.catch_ups.taken(&runs, at);
+    }
     routed.retain(|r| keep.contains(&r.trigger.id.0));
     outcome.skipped += before - routed.len();
     Ok(())
@@ -396,14 +402,16 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
 /// job's misfire threshold, as its strategy says ([`late_runs`], `publish/misfire_taken`), and
 /// removes from `keep` every late run not to be sent: misfired now, or no longer `publishing`
 /// under the epoch it was taken at (recorded so by an earlier take whose commit reported an
-/// error). Returns the runs ended, to count once committed.
+/// error). Returns the runs ended, to count once committed, and the late `fire_once_now` runs
+/// to be sent (their catch-ups, to note in [`CatchUps`] once committed).
 async fn misfire_late(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     routed: &[Routed],
     checks: &[JobCheck],
+    catch_ups: &CatchUps,
     db_now: DateTime<Utc>,
     keep: &mut HashSet<i64>,
-) -> Result<crate::outcome::Ended, SchedulerError> {
+) -> Result<(crate::outcome::Ended, Vec<(i64, u32)>), SchedulerError> {
     let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
     let taken: Vec<&Routed> = routed
         .iter()
@@ -411,8 +419,9 @@ async fn misfire_late(
         .collect();
     let late = late_runs(&taken, &rules, db_now);
     if late.is_empty() {
-        return Ok(crate::outcome::Ended::default());
+        return Ok(Default::default());
     }
+    let once_now = |c: &JobCheck| c.misfire == MisfireStrategy::FireOnceNow.as_str();
     let decided: Vec<(i64, bool)> = sqlx::query_as(sql!("publish/misfire_taken"))
         .bind(late.iter().map(|(r, _)| r.trigger.id.0).collect::<Vec<_>>())
         .bind(late.iter().map(|(r, _)| r.term.epoch).collect::<Vec<_>>())
@@ -426,6 +435,11 @@ async fn misfire_late(
                 .map(|(_, c)| c.misfire.clone())
                 .collect::<Vec<_>>(),
         )
+        .bind(
+            late.iter()
+                .map(|(r, c)| once_now(c) && catch_ups.covers(&r.trigger))
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(&mut **tx)
         .await?;
     let mut misfired = Vec::new();
@@ -437,9 +451,12 @@ async fn misfire_late(
             send.insert(id);
         }
     }
-    for (r, _) in &late {
+    let mut caught_up = Vec::new();
+    for (r, c) in &late {
         if !send.contains(&r.trigger.id.0) {
             keep.remove(&r.trigger.id.0);
+        } else if once_now(c) {
+            caught_up.push((r.trigger.job_id.0, r.trigger.shard_index));
         }
     }
     if !misfired.is_empty() {
@@ -448,7 +465,50 @@ async fn misfire_late(
             "runs taken for sending later than their misfire threshold recorded as misfired"
         );
     }
-    Ok(crate::outcome::after_misfire(tx, &misfired).await?)
+    let ended = crate::outcome::after_misfire(tx, &misfired).await?;
+    Ok((ended, caught_up))
+}
+
+/// How many jobs' catch-ups [`CatchUps`] keeps before it forgets those older than
+/// [`CATCH_UP_KEPT_FOR`].
+const CATCH_UPS_KEPT: usize = 10_000;
+const CATCH_UP_KEPT_FOR: chrono::Duration = chrono::Duration::minutes(10);
+
+/// The late runs of `fire_once_now` jobs this admin sent as their catch-up: per job and
+/// broadcast shard, when (by the database clock) the latest was taken for sending. A later late
+/// run that was already due then is covered by that catch-up, as XXL-JOB's "fire once now"
+/// skips every fire time missed up to the moment it fires, so it is recorded `misfired` rather
+/// than sent as a second catch-up of the same delay. Kept in memory: after its shard changes
+/// hands, the next holder does not know the catch-up and may send one more.
+#[derive(Default)]
+pub struct CatchUps(std::sync::Mutex<HashMap<(i64, u32), DateTime<Utc>>>);
+
+impl CatchUps {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, u32), DateTime<Utc>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `run` was due by the time a catch-up of its job and broadcast shard was taken.
+    fn covers(&self, run: &PendingTrigger) -> bool {
+        self.lock()
+            .get(&(run.job_id.0, run.shard_index))
+            .is_some_and(|at| run.fire_time <= *at)
+    }
+
+    /// Notes catch-ups taken at `at`.
+    fn taken(&self, runs: &[(i64, u32)], at: DateTime<Utc>) {
+        if runs.is_empty() {
+            return;
+        }
+        let mut m = self.lock();
+        for key in runs {
+            let t = m.entry(*key).or_insert(at);
+            *t = (*t).max(at);
+        }
+        if m.len() > CATCH_UPS_KEPT {
+            m.retain(|_, t| *t > at - CATCH_UP_KEPT_FOR);
+        }
+    }
 }
 
 /// A job's row as the ledger checks it when its runs (written claimed, or `scheduled` runs of its
@@ -1044,5 +1104,34 @@ mod tests {
         ] {
             assert!(text.contains(&list), "{name} does not select {list}");
         }
+    }
+
+    /// A late run due by the time a catch-up of its job and broadcast shard was taken is
+    /// covered by it; one due later, or of another job or shard, is not.
+    #[test]
+    fn a_catch_up_covers_the_fire_times_due_when_it_was_taken() {
+        let at = Utc::now();
+        let ms = |n: i64| at + chrono::Duration::milliseconds(n);
+        let run = |job: i64, shard_index: u32, fire_time: DateTime<Utc>| {
+            taken(1, job, shard_index, fire_time).trigger
+        };
+        let c = CatchUps::default();
+        assert!(!c.covers(&run(1, 0, ms(-5_000))), "nothing sent yet");
+        c.taken(&[(1, 0)], at);
+        assert!(c.covers(&run(1, 0, ms(-5_000))));
+        assert!(c.covers(&run(1, 0, at)));
+        assert!(!c.covers(&run(1, 0, ms(1))), "due after the catch-up");
+        assert!(!c.covers(&run(1, 1, ms(-5_000))), "another broadcast shard");
+        assert!(!c.covers(&run(2, 0, ms(-5_000))), "another job");
+        // An earlier catch-up noted late does not move it back.
+        c.taken(&[(1, 0)], ms(-3_000));
+        assert!(c.covers(&run(1, 0, ms(-1_000))));
+        // Past the size bound, catch-ups older than the time kept are forgotten.
+        let old: Vec<(i64, u32)> = (10..10 + CATCH_UPS_KEPT as i64).map(|j| (j, 0)).collect();
+        c.taken(&old, at - CATCH_UP_KEPT_FOR - chrono::Duration::seconds(1));
+        c.taken(&[(2, 0)], at);
+        assert!(!c.covers(&run(10, 0, ms(-3_600_000))), "forgotten");
+        assert!(c.covers(&run(1, 0, ms(-1_000))), "recent ones are kept");
+        assert!(c.covers(&run(2, 0, ms(-1_000))));
     }
 }

@@ -65,6 +65,7 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
         registry: Arc::new(Registry::new(cluster.topics(), Duration::from_secs(10))),
         router: Default::default(),
         read_back: tokio::sync::Mutex::new(()),
+        catch_ups: Default::default(),
     });
     (ctx, pool)
 }
