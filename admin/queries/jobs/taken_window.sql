@@ -4,4 +4,4 @@
 -- older than its lease TTL holds no lease, so it sends nothing it took.
 SELECT GREATEST($1::bigint, COALESCE(max(publish_ahead_ms), 0))
 FROM admins
-WHERE last_seen > now() - make_interval(secs => lease_ttl_ms / 1000.0)
+WHERE last_seen > now() - make_interval(secs => lease_ttl_ms::float8 / 1000.0)
