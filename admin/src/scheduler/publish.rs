@@ -403,7 +403,8 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
 /// removes from `keep` every late run not to be sent: misfired now, or no longer `publishing`
 /// under the epoch it was taken at (recorded so by an earlier take whose commit reported an
 /// error). Returns the runs ended, to count once committed, and the late `fire_once_now` runs
-/// to be sent (their catch-ups, to note in [`CatchUps`] once committed).
+/// to be sent (their catch-ups: run, job, broadcast shard; to note in [`CatchUps`] once
+/// committed).
 async fn misfire_late(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     routed: &[Routed],
@@ -411,7 +412,7 @@ async fn misfire_late(
     catch_ups: &CatchUps,
     db_now: DateTime<Utc>,
     keep: &mut HashSet<i64>,
-) -> Result<(crate::outcome::Ended, Vec<(i64, u32)>), SchedulerError> {
+) -> Result<(crate::outcome::Ended, Vec<(i64, i64, u32)>), SchedulerError> {
     let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
     let taken: Vec<&Routed> = routed
         .iter()
@@ -456,7 +457,7 @@ async fn misfire_late(
         if !send.contains(&r.trigger.id.0) {
             keep.remove(&r.trigger.id.0);
         } else if once_now(c) {
-            caught_up.push((r.trigger.job_id.0, r.trigger.shard_index));
+            caught_up.push((r.trigger.id.0, r.trigger.job_id.0, r.trigger.shard_index));
         }
     }
     if !misfired.is_empty() {
@@ -474,39 +475,57 @@ async fn misfire_late(
 const CATCH_UPS_KEPT: usize = 10_000;
 const CATCH_UP_KEPT_FOR: chrono::Duration = chrono::Duration::minutes(10);
 
-/// The late runs of `fire_once_now` jobs this admin sent as their catch-up: per job and
-/// broadcast shard, when (by the database clock) the latest was taken for sending. A later late
+/// The late runs of `fire_once_now` jobs this admin took for sending as their catch-up: per job
+/// and broadcast shard, the latest, and when (by the database clock) it was taken. A later late
 /// run that was already due then is covered by that catch-up, as XXL-JOB's "fire once now"
 /// skips every fire time missed up to the moment it fires, so it is recorded `misfired` rather
-/// than sent as a second catch-up of the same delay. Kept in memory: after its shard changes
+/// than sent as a second catch-up of the same delay. The catch-up itself is never covered: if
+/// its send failed and it is taken again, it goes out. Kept in memory: after its shard changes
 /// hands, the next holder does not know the catch-up and may send one more.
 #[derive(Default)]
-pub struct CatchUps(std::sync::Mutex<HashMap<(i64, u32), DateTime<Utc>>>);
+pub struct CatchUps(std::sync::Mutex<CatchUpMap>);
+
+#[derive(Default)]
+struct CatchUpMap {
+    /// (job, broadcast shard) → (when taken, the catch-up run).
+    latest: HashMap<(i64, u32), (DateTime<Utc>, i64)>,
+    /// When entries older than [`CATCH_UP_KEPT_FOR`] were last forgotten.
+    pruned_at: Option<DateTime<Utc>>,
+}
 
 impl CatchUps {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(i64, u32), DateTime<Utc>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CatchUpMap> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether `run` was due by the time a catch-up of its job and broadcast shard was taken.
+    /// Whether `run` was due by the time another run of its job and broadcast shard was taken
+    /// as their catch-up.
     fn covers(&self, run: &PendingTrigger) -> bool {
         self.lock()
+            .latest
             .get(&(run.job_id.0, run.shard_index))
-            .is_some_and(|at| run.fire_time <= *at)
+            .is_some_and(|(at, id)| run.fire_time <= *at && *id != run.id.0)
     }
 
-    /// Notes catch-ups taken at `at`.
-    fn taken(&self, runs: &[(i64, u32)], at: DateTime<Utc>) {
+    /// Notes catch-ups (run, job, broadcast shard) taken at `at`.
+    fn taken(&self, runs: &[(i64, i64, u32)], at: DateTime<Utc>) {
         if runs.is_empty() {
             return;
         }
         let mut m = self.lock();
-        for key in runs {
-            let t = m.entry(*key).or_insert(at);
-            *t = (*t).max(at);
+        for (id, job, shard_index) in runs {
+            let e = m.latest.entry((*job, *shard_index)).or_insert((at, *id));
+            if e.0 <= at {
+                *e = (at, *id);
+            }
         }
-        if m.len() > CATCH_UPS_KEPT {
-            m.retain(|_, t| *t > at - CATCH_UP_KEPT_FOR);
+        // Past the size bound, forget the old ones, at most once a minute.
+        let due = m
+            .pruned_at
+            .is_none_or(|p| at - p > chrono::Duration::minutes(1));
+        if m.latest.len() > CATCH_UPS_KEPT && due {
+            m.latest.retain(|_, (t, _)| *t > at - CATCH_UP_KEPT_FOR);
+            m.pruned_at = Some(at);
         }
     }
 }
@@ -1117,19 +1136,26 @@ mod tests {
         };
         let c = CatchUps::default();
         assert!(!c.covers(&run(1, 0, ms(-5_000))), "nothing sent yet");
-        c.taken(&[(1, 0)], at);
+        c.taken(&[(99, 1, 0)], at);
         assert!(c.covers(&run(1, 0, ms(-5_000))));
         assert!(c.covers(&run(1, 0, at)));
         assert!(!c.covers(&run(1, 0, ms(1))), "due after the catch-up");
         assert!(!c.covers(&run(1, 1, ms(-5_000))), "another broadcast shard");
         assert!(!c.covers(&run(2, 0, ms(-5_000))), "another job");
+        // The catch-up itself, taken again (its send failed), is not covered.
+        let mut again = run(1, 0, ms(-5_000));
+        again.id = TriggerId(99);
+        assert!(!c.covers(&again));
         // An earlier catch-up noted late does not move it back.
-        c.taken(&[(1, 0)], ms(-3_000));
+        c.taken(&[(98, 1, 0)], ms(-3_000));
         assert!(c.covers(&run(1, 0, ms(-1_000))));
+        assert!(!c.covers(&again));
         // Past the size bound, catch-ups older than the time kept are forgotten.
-        let old: Vec<(i64, u32)> = (10..10 + CATCH_UPS_KEPT as i64).map(|j| (j, 0)).collect();
+        let old: Vec<(i64, i64, u32)> = (10..10 + CATCH_UPS_KEPT as i64)
+            .map(|j| (j, j, 0))
+            .collect();
         c.taken(&old, at - CATCH_UP_KEPT_FOR - chrono::Duration::seconds(1));
-        c.taken(&[(2, 0)], at);
+        c.taken(&[(97, 2, 0)], at);
         assert!(!c.covers(&run(10, 0, ms(-3_600_000))), "forgotten");
         assert!(c.covers(&run(1, 0, ms(-1_000))), "recent ones are kept");
         assert!(c.covers(&run(2, 0, ms(-1_000))));

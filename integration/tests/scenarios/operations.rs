@@ -1288,7 +1288,14 @@ async fn a_change_keeps_what_an_admin_with_a_longer_publish_ahead_took() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::OK);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Every run kept is sent and ends (those the disable dropped are gone).
+    let runs = wait_for(WAIT, "every run of the job ended", || async {
+        let runs = all_runs(&other_api, job).await;
+        let ended = runs.iter().all(|r| r["status"] == "succeeded");
+        Ok(ended.then_some(runs))
+    })
+    .await
+    .unwrap();
 
     let topic = format!("{}.trigger.ops.sleep", cluster.topic_prefix());
     let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(20))
@@ -1312,7 +1319,6 @@ async fn a_change_keeps_what_an_admin_with_a_longer_publish_ahead_took() {
         sent.values().all(|s| s.len() == 1),
         "a fire time sent twice: {sent:?}"
     );
-    let runs = all_runs(&other_api, job).await;
     for (t, s) in &sent {
         let (id, _) = &s[0];
         let run = runs.iter().find(|r| r["id"] == *id);
