@@ -183,10 +183,25 @@ pub async fn resolve_publishing(
     // settled, however long ago they were marked: the scan writes them up to the planning
     // horizon ahead of their fire time.
     let waiting = ctx.wheel.known_among(rows.iter().map(|r| r.id));
-    let rows: Vec<PublishingRow> = rows
+    let mut rows: Vec<PublishingRow> = rows
         .into_iter()
         .filter(|r| !waiting.contains(&r.id))
         .collect();
+    if rows.is_empty() {
+        return Ok(Resolved::default());
+    }
+    // The recorder records delivered runs, then lets the timer forget them: a run it recorded
+    // while the search above ran is no longer known, nor `publishing` any more. Looked up again
+    // by id, so that such runs are not read back for nothing (a partition read back to a fence
+    // each time, under load when the recorder is a few seconds behind).
+    let still: HashSet<i64> = sqlx::query_scalar(sql!("recover/still_publishing"))
+        .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.lease_epoch).collect::<Vec<_>>())
+        .fetch_all(&ctx.pool)
+        .await?
+        .into_iter()
+        .collect();
+    rows.retain(|r| still.contains(&r.id));
     if rows.is_empty() {
         return Ok(Resolved::default());
     }
