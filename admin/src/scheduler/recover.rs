@@ -197,11 +197,19 @@ pub async fn resolve_publishing(
     let still: HashSet<i64> = sqlx::query_scalar(sql!("recover/still_publishing"))
         .bind(rows.iter().map(|r| r.id).collect::<Vec<_>>())
         .bind(rows.iter().map(|r| r.lease_epoch).collect::<Vec<_>>())
+        .bind(rows.iter().map(|r| r.updated_at).collect::<Vec<_>>())
         .fetch_all(&ctx.pool)
         .await?
         .into_iter()
         .collect();
+    let candidates = rows.len();
     rows.retain(|r| still.contains(&r.id));
+    if rows.len() < candidates {
+        tracing::debug!(
+            runs = candidates - rows.len(),
+            "runs left publishing recorded (or marked again) while the read-back searched; not read back"
+        );
+    }
     if rows.is_empty() {
         return Ok(Resolved::default());
     }
