@@ -382,16 +382,16 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     }
     // Taken later than the job's misfire threshold (publication behind): the job's misfire
     // strategy applies here, as the sweep applies it to `scheduled` runs.
-    let mut caught_up = (Vec::new(), None);
-    if let Some(db_now) = checks.first().map(|c| c.db_now) {
-        let (e, runs) =
+    let db_now = checks.first().map(|c| c.db_now);
+    let mut caught_up = Vec::new();
+    if let Some(db_now) = db_now {
+        (ended, caught_up) =
             misfire_late(&mut tx, routed, &checks, &ctx.catch_ups, db_now, &mut keep).await?;
-        (ended, caught_up) = (e, (runs, Some(db_now)));
     }
     tx.commit().await?;
     ended.record();
-    if let (runs, Some(at)) = caught_up {
-        ctx.catch_ups.taken(&runs, at);
+    if let Some(at) = db_now {
+        ctx.catch_ups.taken(&caught_up, at);
     }
     routed.retain(|r| keep.contains(&r.trigger.id.0));
     outcome.skipped += before - routed.len();
