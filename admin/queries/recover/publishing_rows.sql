@@ -4,7 +4,8 @@
 -- runs when it writes them, ahead of it; the caller also leaves out runs still in its timer),
 -- and — once the previous holders' sends have settled ($4) — every run marked under an earlier
 -- epoch. A run this admin marked under its current epoch a moment ago is
--- never taken: its send is still in flight. At most 10,000.
+-- never taken: its send is still in flight. Runs due from $5 on (the earliest the admin's timer
+-- holds, waiting or about to be recorded) are left for a later search. At most 10,000.
 --
 -- Each shard is read in fire-time order from triggers_pending, up to the fire-time bound (none
 -- after a takeover), with a plain index scan: it marks the dead entries that runs recorded
@@ -20,6 +21,7 @@ CROSS JOIN LATERAL (
       AND t.status = 'publishing'
       AND t.fire_time < CASE WHEN $4 THEN 'infinity'::timestamptz
                              ELSE now() - make_interval(secs => $3::float8 / 1000.0) END
+      AND t.fire_time < COALESCE($5::timestamptz, 'infinity')
       AND (GREATEST(t.updated_at, t.fire_time) < now() - make_interval(secs => $3::float8 / 1000.0)
            OR ($4 AND (t.lease_epoch IS NULL OR t.lease_epoch < mine.epoch)))
     ORDER BY t.fire_time

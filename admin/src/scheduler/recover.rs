@@ -26,6 +26,11 @@ use crate::trigger::{rows_to_pending, PendingRow};
 const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
 /// Longest a read-back of one partition may take.
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long ago the earliest run the timer knows may be due for the sweep to stop its searches
+/// there (see [`sweep_floor`]). Runs wait in the timer or for the recorder a few seconds at
+/// most, even when this admin is overloaded; one known for longer means something is stuck,
+/// and the searches then cover everything rather than wait for it.
+const FLOOR_TRUSTED_FOR: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 /// Misfire rules, then loads the pending triggers of newly acquired shards into the timer.
 pub async fn load_shards(
@@ -35,7 +40,16 @@ pub async fn load_shards(
     let shards = ShardId::to_db_all(shards);
     apply_misfires(ctx, &shards).await?;
     // Up to the planning horizon: the scan writes a claimed job's fires that far ahead.
-    load_pending(ctx, &shards, ctx.config.plan_horizon_ms()).await
+    load_pending(ctx, &shards, ctx.config.plan_horizon_ms(), None).await
+}
+
+/// Where the sweep's searches stop: the earliest fire time among the runs this admin's timer
+/// knows (waiting, being sent, or delivered and waiting to be recorded), unless that is older
+/// than [`FLOOR_TRUSTED_FOR`]. A run it does not know that is due later is found by a later
+/// sweep, once the timer and the recorder have moved past it; `None`: no bound.
+fn sweep_floor(ctx: &SchedulerContext) -> Option<DateTime<Utc>> {
+    let earliest = DateTime::from_timestamp_millis(ctx.wheel.earliest_known_ms()?)?;
+    (earliest > ctx.clock.now() - FLOOR_TRUSTED_FOR).then_some(earliest)
 }
 
 async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> Result<(), SchedulerError> {
@@ -53,14 +67,18 @@ async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> Result<(), Sc
     Ok(())
 }
 
+/// Loads the `scheduled` runs of `shards` due within `ahead_ms`, and before `before` if given
+/// (see [`sweep_floor`]).
 async fn load_pending(
     ctx: &SchedulerContext,
     shards: &[i32],
     ahead_ms: u64,
+    before: Option<DateTime<Utc>>,
 ) -> Result<usize, SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_for_shards"))
         .bind(shards)
         .bind(ahead_ms as f64)
+        .bind(before)
         .fetch_all(&ctx.pool)
         .await?;
     let pending = rows_to_pending(rows);
@@ -177,6 +195,12 @@ pub async fn resolve_publishing(
         .bind(&epochs)
         .bind(settled_after_ms(&ctx.config) as f64)
         .bind(which == ReadBack::AfterTakeover)
+        // After a takeover, everything the previous holders left; otherwise not the runs this
+        // admin is about to take or record, whose fire times start at the floor.
+        .bind(match which {
+            ReadBack::AfterTakeover => None,
+            ReadBack::Settled => sweep_floor(ctx),
+        })
         .fetch_all(&ctx.pool)
         .await?;
     // Runs this admin wrote claimed and still holds in its timer (or is sending) are not
@@ -277,7 +301,7 @@ pub async fn resolve_publishing(
         // Load them again right away, misfire rules first: those overdue, and those written
         // claimed by an earlier holder up to the planning horizon ahead, not due yet.
         apply_misfires(ctx, &shard_ids).await?;
-        load_pending(ctx, &shard_ids, ctx.config.plan_horizon_ms()).await?;
+        load_pending(ctx, &shard_ids, ctx.config.plan_horizon_ms(), None).await?;
     }
     tracing::info!(
         published = out.published,
@@ -409,8 +433,9 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
     // Only overdue rows: the scan hands fresh ones to the timer itself, and runs put back to
     // `scheduled` are loaded where they are put back (read-back, takeover). Not further ahead:
     // the rows due soon are mostly `publishing` (written claimed), and their index does not
-    // tell the statuses apart.
-    load_pending(ctx, &shard_ids, 0).await?;
+    // tell the statuses apart. Nor past the runs the timer holds: when the publisher is behind,
+    // those are tens of thousands of overdue runs it knows.
+    load_pending(ctx, &shard_ids, 0, sweep_floor(ctx)).await?;
     // Runs the scan did not write, as they come within the look-ahead.
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_requested"))
         .bind(&shard_ids)

@@ -4,7 +4,7 @@
 //! cache of rows committed in the database (`scheduled`, or `publishing` as the scan writes a
 //! schedule's runs): losing it loses nothing.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use tokio::sync::Notify;
@@ -19,8 +19,8 @@ struct Inner {
     /// (fire time in ms, trigger id) → trigger
     queue: BTreeMap<(i64, i64), PendingTrigger>,
     /// ids in the queue, or handed to the publisher and not yet settled (sent, or delivered
-    /// and waiting to be recorded)
-    known: HashSet<i64>,
+    /// and waiting to be recorded), with their fire times in ms
+    known: HashMap<i64, i64>,
     /// ids of runs written by a scan transaction that is committing, not yet inserted
     reserved: HashSet<i64>,
 }
@@ -45,10 +45,10 @@ impl Wheel {
         let before = inner.queue.keys().next().copied();
         for t in triggers {
             inner.reserved.remove(&t.id.0);
-            if inner.known.insert(t.id.0) {
-                inner
-                    .queue
-                    .insert((t.fire_time.timestamp_millis(), t.id.0), t);
+            let fire_ms = t.fire_time.timestamp_millis();
+            if let std::collections::hash_map::Entry::Vacant(e) = inner.known.entry(t.id.0) {
+                e.insert(fire_ms);
+                inner.queue.insert((fire_ms, t.id.0), t);
             }
         }
         let after = inner.queue.keys().next().copied();
@@ -82,8 +82,18 @@ impl Wheel {
     pub fn known_among(&self, ids: impl IntoIterator<Item = i64>) -> HashSet<i64> {
         let inner = self.lock();
         ids.into_iter()
-            .filter(|id| inner.known.contains(id) || inner.reserved.contains(id))
+            .filter(|id| inner.known.contains_key(id) || inner.reserved.contains(id))
             .collect()
+    }
+
+    /// The earliest fire time (epoch milliseconds) of the runs waiting here or handed to the
+    /// publisher and not yet settled, if any. Runs due before it are unknown here (but for those
+    /// a scan is committing, see [`Wheel::reserve`]): the sweep's searches for runs to load or
+    /// read back can stop there, instead of reading the runs this admin is about to take or
+    /// record (under load, tens of thousands) only to leave them out. It walks every known
+    /// run: a few milliseconds for a full timer, once per sweep.
+    pub fn earliest_known_ms(&self) -> Option<i64> {
+        self.lock().known.values().min().copied()
     }
 
     /// Marks runs a scan wrote, before its transaction commits, as on their way here (see
@@ -244,6 +254,40 @@ mod tests {
         );
         w.drop_shards(&[ShardId(0)]);
         assert_eq!(w.behind_ms(ms, ahead), 0);
+    }
+
+    #[tokio::test]
+    async fn the_earliest_known_run_counts_until_it_is_settled() {
+        let w = Wheel::default();
+        let now = Utc::now();
+        let ms = |t: DateTime<Utc>| Some(t.timestamp_millis());
+        assert_eq!(w.earliest_known_ms(), None);
+        let (a, b, c) = (
+            now - Duration::seconds(3),
+            now - Duration::seconds(1),
+            now + Duration::seconds(30),
+        );
+        w.insert(vec![trig(2, 0, b), trig(3, 1, c), trig(1, 0, a)]);
+        assert_eq!(w.earliest_known_ms(), ms(a));
+        let cancel = CancellationToken::new();
+        let taken = w.next_due(1, &DbClock::default(), NOW, &cancel).await;
+        assert_eq!(taken[0].id.0, 1);
+        assert_eq!(
+            w.earliest_known_ms(),
+            ms(a),
+            "handed to the publisher, not yet settled: still known"
+        );
+        w.settle([1]);
+        assert_eq!(w.earliest_known_ms(), ms(b));
+        w.drop_shards(&[ShardId(0)]);
+        assert_eq!(w.earliest_known_ms(), ms(c));
+        w.reserve([4]);
+        w.drop_shards(&[ShardId(1)]);
+        assert_eq!(
+            w.earliest_known_ms(),
+            None,
+            "runs a scan is committing have no fire time here"
+        );
     }
 
     #[tokio::test]
