@@ -1120,9 +1120,24 @@ mod tests {
             ("publish/misfire_taken", sql!("publish/misfire_taken")),
             ("recover/misfire_overdue", sql!("recover/misfire_overdue")),
             ("jobs/drop_scheduled_runs", sql!("jobs/drop_scheduled_runs")),
+            (
+                "triggers/overdue_scheduled",
+                sql!("triggers/overdue_scheduled"),
+            ),
         ] {
             assert!(text.contains(&list), "{name} does not select {list}");
         }
+        // The sweep loads the other kinds with this statement: between them, every kind.
+        let requested: Vec<String> = TriggerKind::ALL
+            .iter()
+            .filter(|k| !k.is_schedule())
+            .map(|k| format!("'{}'", k.as_str()))
+            .collect();
+        let list = format!("kind IN ({})", requested.join(", "));
+        assert!(
+            sql!("triggers/pending_requested").contains(&list),
+            "triggers/pending_requested does not select {list}"
+        );
     }
 
     /// A late run due by the time a catch-up of its job and broadcast shard was taken is

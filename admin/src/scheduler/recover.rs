@@ -26,11 +26,11 @@ use crate::trigger::{rows_to_pending, PendingRow};
 const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
 /// Longest a read-back of one partition may take.
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long ago the earliest run the timer knows may be due for the sweep to stop its searches
-/// there (see [`sweep_floor`]). Runs wait in the timer or for the recorder a few seconds at
-/// most, even when this admin is overloaded; one known for longer means something is stuck,
-/// and the searches then cover everything rather than wait for it.
-const FLOOR_TRUSTED_FOR: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+/// How far back the read-back's search reaches at least, whatever the timer holds (see
+/// [`search_floor`]): no run left `publishing` more than this past its fire time is left out of
+/// it. Runs wait in the timer or for the recorder a few seconds when this admin keeps up; one due
+/// long before may be a catch-up or a backlog, or be stuck.
+const READ_BACK_REACH: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
 
 /// Misfire rules, then loads the pending triggers of newly acquired shards into the timer.
 pub async fn load_shards(
@@ -40,16 +40,17 @@ pub async fn load_shards(
     let shards = ShardId::to_db_all(shards);
     apply_misfires(ctx, &shards).await?;
     // Up to the planning horizon: the scan writes a claimed job's fires that far ahead.
-    load_pending(ctx, &shards, ctx.config.plan_horizon_ms(), None).await
+    load_pending(ctx, &shards, ctx.config.plan_horizon_ms()).await
 }
 
-/// Where the sweep's searches stop: the earliest fire time among the runs this admin's timer
-/// knows (waiting, being sent, or delivered and waiting to be recorded), unless that is older
-/// than [`FLOOR_TRUSTED_FOR`]. A run it does not know that is due later is found by a later
-/// sweep, once the timer and the recorder have moved past it; `None`: no bound.
-fn sweep_floor(ctx: &SchedulerContext) -> Option<DateTime<Utc>> {
-    let earliest = DateTime::from_timestamp_millis(ctx.wheel.earliest_known_ms()?)?;
-    (earliest > ctx.clock.now() - FLOOR_TRUSTED_FOR).then_some(earliest)
+/// Where the read-back's search stops when it runs from the sweep: the earliest fire time among
+/// the runs this admin's timer knows (waiting, being sent, or delivered and waiting to be
+/// recorded), but not earlier than [`READ_BACK_REACH`] before `now`. A run left `publishing`
+/// that is due later is found by a later sweep, once the timer and the recorder have moved past
+/// it, or once it is that old.
+fn search_floor(earliest_known: Option<DateTime<Utc>>, now: DateTime<Utc>) -> DateTime<Utc> {
+    let oldest = now - READ_BACK_REACH;
+    earliest_known.map_or(now, |t| t.max(oldest))
 }
 
 async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> Result<(), SchedulerError> {
@@ -67,18 +68,14 @@ async fn apply_misfires(ctx: &SchedulerContext, shards: &[i32]) -> Result<(), Sc
     Ok(())
 }
 
-/// Loads the `scheduled` runs of `shards` due within `ahead_ms`, and before `before` if given
-/// (see [`sweep_floor`]).
 async fn load_pending(
     ctx: &SchedulerContext,
     shards: &[i32],
     ahead_ms: u64,
-    before: Option<DateTime<Utc>>,
 ) -> Result<usize, SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_for_shards"))
         .bind(shards)
         .bind(ahead_ms as f64)
-        .bind(before)
         .fetch_all(&ctx.pool)
         .await?;
     let pending = rows_to_pending(rows);
@@ -142,7 +139,7 @@ pub enum ReadBack {
     /// holder's epoch whose send has settled.
     AfterTakeover,
     /// Only runs whose send has settled by their age ([`settled_after_ms`]), whoever marked
-    /// them.
+    /// them, and that are due before the earliest run the timer knows ([`search_floor`]).
     Settled,
 }
 
@@ -199,7 +196,12 @@ pub async fn resolve_publishing(
         // admin is about to take or record, whose fire times start at the floor.
         .bind(match which {
             ReadBack::AfterTakeover => None,
-            ReadBack::Settled => sweep_floor(ctx),
+            ReadBack::Settled => Some(search_floor(
+                ctx.wheel
+                    .earliest_known_ms()
+                    .and_then(DateTime::from_timestamp_millis),
+                ctx.clock.now(),
+            )),
         })
         .fetch_all(&ctx.pool)
         .await?;
@@ -301,7 +303,7 @@ pub async fn resolve_publishing(
         // Load them again right away, misfire rules first: those overdue, and those written
         // claimed by an earlier holder up to the planning horizon ahead, not due yet.
         apply_misfires(ctx, &shard_ids).await?;
-        load_pending(ctx, &shard_ids, ctx.config.plan_horizon_ms(), None).await?;
+        load_pending(ctx, &shard_ids, ctx.config.plan_horizon_ms()).await?;
     }
     tracing::info!(
         published = out.published,
@@ -430,12 +432,13 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
     apply_misfires(ctx, &shard_ids).await?;
     // A send settles within the producer's timeout, shorter than the margin.
     resolve_publishing(ctx, &held, ReadBack::Settled).await?;
-    // Only overdue rows: the scan hands fresh ones to the timer itself, and runs put back to
-    // `scheduled` are loaded where they are put back (read-back, takeover). Not further ahead:
-    // the rows due soon are mostly `publishing` (written claimed), and their index does not
-    // tell the statuses apart. Nor past the runs the timer holds: when the publisher is behind,
-    // those are tens of thousands of overdue runs it knows.
-    load_pending(ctx, &shard_ids, 0, sweep_floor(ctx)).await?;
+    // Only overdue runs of a schedule: the scan hands fresh ones to the timer itself, and runs
+    // put back to `scheduled` are loaded where they are put back (read-back, takeover).
+    let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/overdue_scheduled"))
+        .bind(&shard_ids)
+        .fetch_all(&ctx.pool)
+        .await?;
+    ctx.wheel.insert(rows_to_pending(rows));
     // Runs the scan did not write, as they come within the look-ahead.
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/pending_requested"))
         .bind(&shard_ids)
@@ -499,6 +502,33 @@ pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
+    use chrono::{TimeDelta, Utc};
+
+    #[test]
+    fn the_search_stops_at_the_earliest_known_run_but_reaches_back_a_minute_at_least() {
+        let now = Utc::now();
+        let floor =
+            |earliest: Option<TimeDelta>| super::search_floor(earliest.map(|d| now - d), now);
+        assert_eq!(
+            floor(Some(TimeDelta::seconds(5))),
+            now - TimeDelta::seconds(5)
+        );
+        assert_eq!(
+            floor(None),
+            now,
+            "nothing known: only the age bound applies"
+        );
+        assert_eq!(
+            floor(Some(TimeDelta::minutes(10))),
+            now - super::READ_BACK_REACH,
+            "a run known since long before (a backlog, or stuck) holds nothing older back"
+        );
+        assert_eq!(
+            floor(Some(-TimeDelta::seconds(3))),
+            now + TimeDelta::seconds(3)
+        );
+    }
+
     #[test]
     fn payload() {
         assert_eq!(

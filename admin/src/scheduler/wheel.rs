@@ -88,10 +88,10 @@ impl Wheel {
 
     /// The earliest fire time (epoch milliseconds) of the runs waiting here or handed to the
     /// publisher and not yet settled, if any. Runs due before it are unknown here (but for those
-    /// a scan is committing, see [`Wheel::reserve`]): the sweep's searches for runs to load or
-    /// read back can stop there, instead of reading the runs this admin is about to take or
-    /// record (under load, tens of thousands) only to leave them out. It walks every known
-    /// run: a few milliseconds for a full timer, once per sweep.
+    /// a scan is committing, see [`Wheel::reserve`]): the sweep's search for runs to read back
+    /// can stop there, instead of reading the runs this admin is about to take or record (under
+    /// load, tens of thousands) only to leave them out. It walks every known run: a few
+    /// milliseconds for a full timer, once per sweep.
     pub fn earliest_known_ms(&self) -> Option<i64> {
         self.lock().known.values().min().copied()
     }
@@ -269,6 +269,12 @@ mod tests {
         );
         w.insert(vec![trig(2, 0, b), trig(3, 1, c), trig(1, 0, a)]);
         assert_eq!(w.earliest_known_ms(), ms(a));
+        w.insert(vec![trig(1, 0, c)]);
+        assert_eq!(
+            w.earliest_known_ms(),
+            ms(a),
+            "a known run loaded again is ignored"
+        );
         let cancel = CancellationToken::new();
         let taken = w.next_due(1, &DbClock::default(), NOW, &cancel).await;
         assert_eq!(taken[0].id.0, 1);
