@@ -1,6 +1,7 @@
 //! `GET /api/scheduler`: the scheduler's health as the console's dashboard shows it: the admins
-//! alive, the shards each holds, the shards nobody holds, and how late each admin published in
-//! the last minute (each admin writes its figures at every lease round).
+//! alive, the shards each holds, the shards nobody holds, how late each admin published in the
+//! last minute and how far ahead of their fire time it takes runs for sending (each admin writes
+//! its figures at every lease round).
 
 use axum::Json;
 use chrono::{DateTime, Utc};
@@ -27,6 +28,11 @@ pub struct AdminView {
     pub lateness_p50_ms: i64,
     pub lateness_p99_ms: i64,
     pub lateness_max_ms: i64,
+    /// How far ahead of their fire time it takes runs for sending (its
+    /// `CADENZA_PUBLISH_AHEAD_MS`, bounded by its look-ahead), in ms. Runs due within the longest
+    /// of the live admins' are kept, as taken, by a job change or a cancel. 0 for an admin of a
+    /// version that did not report it.
+    pub publish_ahead_ms: i64,
 }
 
 /// The scheduler's health.

@@ -1267,6 +1267,24 @@ async fn a_change_keeps_what_an_admin_with_a_longer_publish_ahead_took() {
     })
     .await
     .unwrap();
+    // The scheduler's health shows an operator each admin's setting.
+    let (status, health) = other_api.get_json("/api/scheduler").await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{health}");
+    let mut aheads: Vec<(String, i64)> = health["admins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let id = a["admin_id"].as_str().unwrap().to_owned();
+            (id, a["publish_ahead_ms"].as_i64().unwrap())
+        })
+        .collect();
+    aheads.sort();
+    assert_eq!(
+        aheads,
+        [("holder".to_owned(), 3000), ("other".to_owned(), 250)],
+        "{health}"
+    );
     // Runs sent in a steady state, so that the holder has taken the next ones (due within 3 s).
     let sent_once = wait_for(WAIT, "a run of the job published", || async {
         let runs = all_runs(&other_api, job).await;
