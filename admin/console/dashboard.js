@@ -107,7 +107,7 @@ function scheduler(health) {
         ["Shards", (a) => String(a.shards.length)],
         ["Published, last minute", (a) => a.published_last_minute.toLocaleString()],
         ["Lateness p50 / p99 / max", lateness],
-        ["Takes runs ahead", (a) => (a.publish_ahead_ms ? `${a.publish_ahead_ms} ms` : "—")],
+        ["Takes runs ahead", (a) => `${a.publish_ahead_ms} ms`],
         ["Last seen", (a) => time(a.last_seen)],
         ["Started", (a) => time(a.started_at)],
       ],

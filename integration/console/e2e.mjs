@@ -170,8 +170,10 @@ try {
     // How far ahead it takes runs for sending: the default CADENZA_PUBLISH_AHEAD_MS.
     const admins = page.locator("table", { has: page.locator("th", { hasText: "Takes runs ahead" }) });
     const columns = await admins.locator("thead th").allTextContents();
+    const column = columns.indexOf("Takes runs ahead");
+    assert.ok(column >= 0, `columns: ${columns.join(", ")}`);
     const row = admins.locator("tbody tr", { has: page.locator(".badge.s-alive") });
-    assert.equal((await row.locator("td").nth(columns.indexOf("Takes runs ahead")).textContent()).trim(), "250 ms");
+    assert.equal((await row.locator("td").nth(column).textContent()).trim(), "250 ms");
     await page.waitForFunction(() => /\d+ ms/.test(document.querySelector(".tiles")?.textContent || ""), null, { timeout: 30_000 });
     await page.getByRole("link", { name: "30 days" }).click();
     await page.waitForURL(/days=30/);

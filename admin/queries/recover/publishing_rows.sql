@@ -5,8 +5,8 @@
 -- and — once the previous holders' sends have settled ($4) — every run marked under an earlier
 -- epoch. A run this admin marked under its current epoch a moment ago is
 -- never taken: its send is still in flight. Runs due from $5 on (the earliest run the admin's
--- timer holds, waiting or about to be recorded, but at most a minute back) are left for a later
--- search. At most 10,000.
+-- timer holds, waiting, being sent or about to be recorded, but at most a minute back) are left
+-- for a later search. At most 10,000.
 --
 -- Each shard is read in fire-time order from triggers_pending, up to the fire-time bound (none
 -- after a takeover), with a plain index scan: it marks the dead entries that runs recorded

@@ -29,9 +29,10 @@ pub struct AdminView {
     pub lateness_p99_ms: i64,
     pub lateness_max_ms: i64,
     /// How far ahead of their fire time it takes runs for sending (its
-    /// `CADENZA_PUBLISH_AHEAD_MS`, bounded by its look-ahead), in ms. Runs due within the longest
-    /// of the live admins' are kept, as taken, by a job change or a cancel. 0 for an admin of a
-    /// version that did not report it.
+    /// `CADENZA_PUBLISH_AHEAD_MS`, bounded by its look-ahead), in ms. A job change or a cancel
+    /// keeps, as taken, the runs due within the longest of the live admins' (plus a guard of
+    /// 250 ms). 0 when it takes runs at their fire time, or for an admin of a version that did
+    /// not report it.
     pub publish_ahead_ms: i64,
 }
 
@@ -46,8 +47,8 @@ pub struct SchedulerHealth {
     unheld_shards: Vec<i32>,
 }
 
-/// Admins alive, the shards each holds, the shards nobody holds and each admin's publication
-/// lateness over the last minute.
+/// Admins alive, the shards each holds, the shards nobody holds, each admin's publication
+/// lateness over the last minute and how far ahead it takes runs for sending.
 #[utoipa::path(get, path = "/scheduler", tag = "operations",
     responses((status = 200, description = "The scheduler's health.", body = SchedulerHealth)))]
 pub async fn health(state: Shared) -> ApiResult<Json<SchedulerHealth>> {

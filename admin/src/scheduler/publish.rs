@@ -1104,18 +1104,15 @@ mod tests {
     /// statements that select runs of a schedule.
     #[test]
     fn schedule_kinds_are_the_same_in_rust_and_sql() {
-        let rust: Vec<&str> = TriggerKind::ALL
-            .iter()
-            .filter(|k| k.is_schedule())
-            .map(|k| k.as_str())
-            .collect();
-        let list = format!(
-            "kind IN ({})",
-            rust.iter()
-                .map(|k| format!("'{k}'"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        let list = |schedule: bool| {
+            let kinds: Vec<String> = TriggerKind::ALL
+                .iter()
+                .filter(|k| k.is_schedule() == schedule)
+                .map(|k| format!("'{}'", k.as_str()))
+                .collect();
+            format!("kind IN ({})", kinds.join(", "))
+        };
+        let schedule = list(true);
         for (name, text) in [
             ("publish/misfire_taken", sql!("publish/misfire_taken")),
             ("recover/misfire_overdue", sql!("recover/misfire_overdue")),
@@ -1124,20 +1121,35 @@ mod tests {
                 "triggers/overdue_scheduled",
                 sql!("triggers/overdue_scheduled"),
             ),
+            // The index the sweep's load reads: its predicate must be implied by the query's.
+            (
+                "migration 0017 (triggers_scheduled)",
+                include_str!("../../migrations/0017_scheduled_runs_index.sql"),
+            ),
         ] {
-            assert!(text.contains(&list), "{name} does not select {list}");
+            assert!(
+                text.contains(&schedule),
+                "{name} does not select {schedule}"
+            );
         }
-        // The sweep loads the other kinds with this statement: between them, every kind.
-        let requested: Vec<String> = TriggerKind::ALL
-            .iter()
-            .filter(|k| !k.is_schedule())
-            .map(|k| format!("'{}'", k.as_str()))
-            .collect();
-        let list = format!("kind IN ({})", requested.join(", "));
-        assert!(
-            sql!("triggers/pending_requested").contains(&list),
-            "triggers/pending_requested does not select {list}"
-        );
+        // The sweep loads the other kinds with this statement, from this index: between them,
+        // every kind.
+        let requested = list(false);
+        for (name, text) in [
+            (
+                "triggers/pending_requested",
+                sql!("triggers/pending_requested"),
+            ),
+            (
+                "migration 0014 (triggers_requested)",
+                include_str!("../../migrations/0014_workflows.sql"),
+            ),
+        ] {
+            assert!(
+                text.contains(&requested),
+                "{name} does not select {requested}"
+            );
+        }
     }
 
     /// A late run due by the time a catch-up of its job and broadcast shard was taken is

@@ -139,7 +139,8 @@ pub enum ReadBack {
     /// holder's epoch whose send has settled.
     AfterTakeover,
     /// Only runs whose send has settled by their age ([`settled_after_ms`]), whoever marked
-    /// them, and that are due before the earliest run the timer knows ([`search_floor`]).
+    /// them, and that are due before the earliest run the timer knows or a minute ago,
+    /// whichever is later ([`search_floor`]).
     Settled,
 }
 
@@ -192,8 +193,8 @@ pub async fn resolve_publishing(
         .bind(&epochs)
         .bind(settled_after_ms(&ctx.config) as f64)
         .bind(which == ReadBack::AfterTakeover)
-        // After a takeover, everything the previous holders left; otherwise not the runs this
-        // admin is about to take or record, whose fire times start at the floor.
+        // After a takeover, everything the previous holders left; otherwise not past the
+        // earliest run this admin is about to take, send or record (see `search_floor`).
         .bind(match which {
             ReadBack::AfterTakeover => None,
             ReadBack::Settled => Some(search_floor(

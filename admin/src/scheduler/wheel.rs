@@ -4,6 +4,7 @@
 //! cache of rows committed in the database (`scheduled`, or `publishing` as the scan writes a
 //! schedule's runs): losing it loses nothing.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -46,7 +47,7 @@ impl Wheel {
         for t in triggers {
             inner.reserved.remove(&t.id.0);
             let fire_ms = t.fire_time.timestamp_millis();
-            if let std::collections::hash_map::Entry::Vacant(e) = inner.known.entry(t.id.0) {
+            if let Entry::Vacant(e) = inner.known.entry(t.id.0) {
                 e.insert(fire_ms);
                 inner.queue.insert((fire_ms, t.id.0), t);
             }
@@ -90,8 +91,9 @@ impl Wheel {
     /// publisher and not yet settled, if any. Runs due before it are unknown here (but for those
     /// a scan is committing, see [`Wheel::reserve`]): the sweep's search for runs to read back
     /// can stop there, instead of reading the runs this admin is about to take or record (under
-    /// load, tens of thousands) only to leave them out. It walks every known run: a few
-    /// milliseconds for a full timer, once per sweep.
+    /// load, tens of thousands) only to leave them out. It walks every known run holding the
+    /// timer's lock (the publisher and the scan wait meanwhile): a few milliseconds for a full
+    /// timer, once per sweep.
     pub fn earliest_known_ms(&self) -> Option<i64> {
         self.lock().known.values().min().copied()
     }
