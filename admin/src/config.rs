@@ -142,9 +142,10 @@ pub struct SchedulerArgs {
     /// lookahead.
     #[arg(long, env = "CADENZA_PUBLISH_AHEAD_MS", default_value_t = 250)]
     pub publish_ahead_ms: u64,
-    /// How long after its delivery a run that no worker started meanwhile is recorded
-    /// `published`, in ms (at most half the lease margin). A run a worker starts within that
-    /// time is written once less: its `started` event records where it was published.
+    /// How long after their delivery runs are recorded in the delivery record, in ms (at most
+    /// half the lease margin): one row per job type and partition holds all the deliveries of
+    /// that time. The runs' own rows are not written; the API shows them `published` from then
+    /// on.
     #[arg(long, env = "CADENZA_RECORD_DELAY_MS", default_value_t = 1_000)]
     pub record_delay_ms: u64,
     /// Pause between scans when the previous scan found less than a full batch, in ms.

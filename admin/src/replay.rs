@@ -2,9 +2,10 @@
 //! `replay`, each linked to its original (`parent_id`) and to an audited request (`replays`).
 //!
 //! What to read is either a time window (`from`, `to`: the fire times of the runs) or explicit
-//! partition offset ranges. A window is mapped to offsets through the `triggers` table, where
-//! every published run recorded its partition and offset; the broker's `offsets_for_times` is
-//! not needed. The records themselves come from the topic, so a replay re-runs exactly what was
+//! partition offset ranges. A window is mapped to offsets through what the admin recorded of
+//! every published run: its partition and offset on its row (once a worker reported it, or the
+//! read-back found it) or in the delivery record (`deliveries`, migration 0019); the broker's
+//! `offsets_for_times` is not needed. The records themselves come from the topic, so a replay re-runs exactly what was
 //! sent (params, block strategy, timeout, broadcast shard), even if the job changed since.
 //! A dry run reads and reports, and changes nothing.
 

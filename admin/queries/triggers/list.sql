@@ -1,15 +1,24 @@
-SELECT id, job_id, job_type, kind, status, fire_time, params, attempt, shard_index, shard_total,
-       route, requested_worker, routed_worker, route_note, partition, "offset", published_at, worker_id,
-       worker_group, started_at, finished_at, message, NULL::text AS log, parent_id, retry_no,
-       retry_requested, workflow_run_id, workflow_node, NULL::jsonb AS output,
-       created_at
-FROM triggers
-WHERE ($1::bigint IS NULL OR job_id = $1)
-  AND ($2::text IS NULL OR status = $2)
-  AND id < $3
-  AND ($5::timestamptz IS NULL OR fire_time >= $5)
-  AND ($6::timestamptz IS NULL OR fire_time < $6)
-  AND ($7::text IS NULL OR kind = $7)
-  AND ($8::text[] IS NULL OR job_type LIKE ANY($8))
-ORDER BY id DESC
+-- Runs newest first, filtered; shown as triggers/get shows one (a `publishing` run the delivery
+-- record holds is `published`). $2 (a status) is always NULL here: a list of one status is
+-- triggers/list_by_status.
+SELECT t.id, t.job_id, t.job_type, t.kind,
+       CASE WHEN d.partition IS NULL THEN t.status ELSE 'published' END AS status,
+       t.fire_time, t.params, t.attempt, t.shard_index, t.shard_total, t.route, t.requested_worker,
+       t.routed_worker, t.route_note, COALESCE(d.partition, t.partition) AS partition,
+       COALESCE(d."offset", t."offset") AS "offset",
+       COALESCE(d.acked_at, t.published_at) AS published_at, t.worker_id, t.worker_group,
+       t.started_at, t.finished_at, t.message, NULL::text AS log, t.parent_id, t.retry_no,
+       t.retry_requested, t.workflow_run_id, t.workflow_node, NULL::jsonb AS output, t.created_at
+FROM triggers t
+LEFT JOIN LATERAL (
+    SELECT * FROM cadenza_delivery(t.id) WHERE t.status = 'publishing' OFFSET 0
+) d ON TRUE
+WHERE ($1::bigint IS NULL OR t.job_id = $1)
+  AND ($2::text IS NULL OR CASE WHEN d.partition IS NULL THEN t.status ELSE 'published' END = $2)
+  AND t.id < $3
+  AND ($5::timestamptz IS NULL OR t.fire_time >= $5)
+  AND ($6::timestamptz IS NULL OR t.fire_time < $6)
+  AND ($7::text IS NULL OR t.kind = $7)
+  AND ($8::text[] IS NULL OR t.job_type LIKE ANY($8))
+ORDER BY t.id DESC
 LIMIT $4

@@ -187,7 +187,7 @@ pub async fn list(
         Some(s) => list_by_status(s),
         None => sql!("triggers/list"),
     };
-    let mut runs: Vec<Run> = sqlx::query_as(statement)
+    let mut query = sqlx::query_as(statement)
         .bind(job_id)
         .bind(status.map(|s| s.as_str()))
         .bind(before)
@@ -195,9 +195,20 @@ pub async fn list(
         .bind(from)
         .bind(to)
         .bind(kind.map(|k| k.as_str()))
-        .bind(p.visible_like())
-        .fetch_all(&state.pool)
-        .await?;
+        .bind(p.visible_like());
+    if status == Some(RunStatus::Publishing) {
+        // Runs not yet delivered were all marked at or after the earliest settled mark; the
+        // delivered ones the workers never started, which can be nearly every run ever sent,
+        // were marked before it. The mark is given as a value and the statement planned for it
+        // each time (not kept prepared): only then does PostgreSQL know how few runs follow
+        // it, and read them from triggers_pending instead of walking every run newest first
+        // (all of them when fewer than a page are left undelivered).
+        let settled: Option<DateTime<Utc>> = sqlx::query_scalar(sql!("triggers/settled_before"))
+            .fetch_one(&state.pool)
+            .await?;
+        query = query.bind(settled).persistent(false);
+    }
+    let mut runs: Vec<Run> = query.fetch_all(&state.pool).await?;
     let now = Utc::now();
     for r in &mut runs {
         r.fill_notes(&state.registry, now);
@@ -308,6 +319,8 @@ pub(super) async fn cancel_run(
                 .await?;
             StatusCode::OK
         }
+        // A run `publishing` in its row that the delivery record holds comes as `published`,
+        // with the partition recorded there (triggers/lock_for_cancel): it is on the topic.
         Ok(RunStatus::Published | RunStatus::Running) => {
             let partition =
                 partition.ok_or_else(|| refuse("it has no partition recorded".to_owned()))?;
@@ -477,7 +490,7 @@ pub async fn log_stream(
             }
             f.first = false;
             let row: Option<(String, Option<String>)> =
-                match sqlx::query_as("SELECT status, log FROM triggers WHERE id = $1")
+                match sqlx::query_as(sql!("triggers/follow_log"))
                     .bind(id)
                     .fetch_optional(&f.pool)
                     .await
@@ -521,30 +534,49 @@ pub async fn log_stream(
         .into_response())
 }
 
-/// `triggers/list_by_status` for `status`, with the condition that lets every plan of the
-/// statement use the index serving that status (migration 0013): `triggers_pending` for
-/// scheduled and publishing runs, `triggers_running` for running ones, the newest runs first for
-/// succeeded ones (most runs), and `triggers_status` for the others.
+/// The statement listing the runs that show `status`: `triggers/list_by_status` with the
+/// condition on the run's own row that selects the runs that may show it, written so that every
+/// plan PostgreSQL keeps for the statement can use the index serving them and the delivery record
+/// is looked up for those runs only. Scheduled runs are read from `triggers_scheduled` and
+/// `triggers_requested` (migrations 0017, 0014; `triggers_pending` now also holds every run
+/// delivered and never started), running ones from `triggers_running`, those that ended other
+/// than succeeded from `triggers_status`, succeeded ones (most runs) and published ones newest
+/// first (a published run is `publishing` in its row when the delivery record holds it, and those
+/// are in no index by id). Publishing runs have a statement of their own,
+/// `triggers/list_publishing`, which takes the earliest settled mark as `$9` (see [`list`]).
 fn list_by_status(status: RunStatus) -> &'static str {
     use std::sync::LazyLock;
     const BASE: &str = sql!("triggers/list_by_status");
     const PLACEHOLDER: &str = "TRUE /* index */";
-    static PENDING: LazyLock<String> =
-        LazyLock::new(|| BASE.replace(PLACEHOLDER, "status IN ('scheduled', 'publishing')"));
+    static SCHEDULED: LazyLock<String> = LazyLock::new(|| {
+        BASE.replace(
+            PLACEHOLDER,
+            &format!(
+                "t.status = 'scheduled' AND ({} OR {})",
+                kinds_in(true),
+                kinds_in(false)
+            ),
+        )
+    });
+    static PUBLISHED: LazyLock<String> =
+        LazyLock::new(|| BASE.replace(PLACEHOLDER, "t.status IN ('published', 'publishing')"));
     static RUNNING: LazyLock<String> =
-        LazyLock::new(|| BASE.replace(PLACEHOLDER, "status = 'running'"));
+        LazyLock::new(|| BASE.replace(PLACEHOLDER, "t.status = 'running'"));
+    static SUCCEEDED: LazyLock<String> =
+        LazyLock::new(|| BASE.replace(PLACEHOLDER, "t.status = 'succeeded'"));
     static ENDED: LazyLock<String> = LazyLock::new(|| {
         BASE.replace(
             PLACEHOLDER,
-            "status NOT IN ('scheduled', 'publishing', 'running', 'succeeded')",
+            "t.status = $2 AND t.status NOT IN ('scheduled', 'publishing', 'running', 'succeeded')",
         )
     });
     match status {
-        RunStatus::Scheduled | RunStatus::Publishing => PENDING.as_str(),
+        RunStatus::Scheduled => SCHEDULED.as_str(),
+        RunStatus::Publishing => sql!("triggers/list_publishing"),
+        RunStatus::Published => PUBLISHED.as_str(),
         RunStatus::Running => RUNNING.as_str(),
-        RunStatus::Succeeded => BASE,
-        RunStatus::Published
-        | RunStatus::Failed
+        RunStatus::Succeeded => SUCCEEDED.as_str(),
+        RunStatus::Failed
         | RunStatus::TimedOut
         | RunStatus::Discarded
         | RunStatus::Cancelled
@@ -553,9 +585,59 @@ fn list_by_status(status: RunStatus) -> &'static str {
     }
 }
 
+/// `t.kind IN (…)` of the kinds of a job's schedule (`schedule`), or of the others: the
+/// predicates of triggers_scheduled and triggers_requested, which between them hold every
+/// scheduled run.
+fn kinds_in(schedule: bool) -> String {
+    let kinds: Vec<String> = TriggerKind::ALL
+        .iter()
+        .filter(|k| k.is_schedule() == schedule)
+        .map(|k| format!("'{}'", k.as_str()))
+        .collect();
+    format!("t.kind IN ({})", kinds.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::log_change;
+    use super::{kinds_in, list_by_status, log_change};
+    use cadenza_schemas::RunStatus;
+
+    /// Every status gets its own condition, and only the publishing list takes the settled
+    /// mark ($9) that `list` binds for it.
+    #[test]
+    fn each_status_list_names_its_condition() {
+        for &s in RunStatus::ALL {
+            let statement = list_by_status(s);
+            assert!(!statement.contains("TRUE /* index */"), "{s:?}");
+            assert_eq!(
+                statement.contains("$9"),
+                s == RunStatus::Publishing,
+                "{s:?}"
+            );
+        }
+    }
+
+    /// The scheduled runs' list names the predicates of the indexes holding scheduled runs
+    /// (migrations 0017 and 0014) as they are written there, so that every plan can read them.
+    #[test]
+    fn the_scheduled_list_names_the_predicates_of_its_indexes() {
+        let statement = list_by_status(RunStatus::Scheduled);
+        for (migration, schedule) in [
+            (
+                include_str!("../../migrations/0017_scheduled_runs_index.sql"),
+                true,
+            ),
+            (include_str!("../../migrations/0014_workflows.sql"), false),
+        ] {
+            let condition = kinds_in(schedule);
+            assert!(statement.contains(&condition), "{condition}");
+            let predicate = condition.trim_start_matches("t.");
+            assert!(
+                migration.contains(&format!("WHERE status = 'scheduled' AND {predicate}")),
+                "{predicate}"
+            );
+        }
+    }
 
     #[test]
     fn a_followed_log_sends_only_what_is_new_and_resets_when_it_cannot() {

@@ -363,6 +363,11 @@ impl LeaseManager {
     /// Loads the pending triggers of newly acquired shards (misfire rules first), and resolves
     /// what their previous holder left `publishing` once its sends have settled.
     async fn recover(&self, acquired: Vec<Acquired>, shutdown: &CancellationToken) {
+        // Earlier holders marked their runs before this admin acquired the shards.
+        let now_ms = self.ctx.clock.now().timestamp_millis();
+        for a in &acquired {
+            self.ctx.wheel.acquired(a.shard, a.epoch, now_ms);
+        }
         let todo: Vec<ShardId> = {
             let mut set = self.unrecovered.lock().unwrap_or_else(|p| p.into_inner());
             set.extend(acquired.iter().map(|a| a.shard));

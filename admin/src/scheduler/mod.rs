@@ -4,7 +4,7 @@
 //! * [`scan`] claims due jobs of held shards, writes their fire times as `scheduled` triggers and
 //!   advances `next_fire_at`, one transaction per batch.
 //! * [`wheel`] holds scheduled triggers in memory until their fire time (millisecond timer).
-//! * [`publish`] marks them `publishing` (ledger), produces them, and records `published`.
+//! * [`publish`] marks them `publishing` (ledger), produces them, and records their deliveries.
 //! * [`recover`] loads the pending triggers of newly acquired shards.
 //! * `crate::workflow::scan` fires workflows of held shards as workflow runs.
 //! * [`lost`] records runs of dead workers that outlived their timeout as `lost`.

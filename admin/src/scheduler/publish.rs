@@ -21,12 +21,14 @@
 //!    delivery timeout is shorter than the lease margin, so nothing lands after the lease could
 //!    have passed to another admin.
 //! 4. Record ([`record`], [`Recorder`]): once acknowledged, delivered ones wait
-//!    `CADENZA_RECORD_DELAY_MS` (1 s); those no worker started meanwhile are then recorded
-//!    `published` with partition and offset, many batches in one statement. A run a worker
-//!    started within that time is written once less: its `started` event records its partition
-//!    and offset. Recording is an optimisation of the read-back: a delivered run left
-//!    `publishing` (admin stopped or statement failed) is found on its partition by the read-back
-//!    and recorded then.
+//!    `CADENZA_RECORD_DELAY_MS` (1 s), then go into the delivery record (`deliveries`), one row
+//!    per job type and partition for many batches, in one statement. The runs' rows are not
+//!    written: a run still `publishing` that the record holds was published (migration 0019),
+//!    and a worker's `started` event writes the run with its partition and offset. Recording is
+//!    an optimisation of the read-back: a delivered run the record misses (admin stopped or
+//!    statement failed) is found on its partition by the read-back and recorded `published` in
+//!    its row then. Until its delivery is recorded, a run this admin marked holds its shard's
+//!    settled mark back (see [`super::wheel::Wheel::writing`]).
 //!
 //! Steps 1–2 run in the publisher's loop, one batch after another; steps 3–4 of a batch run in
 //! its own task, beside the next batches (up to [`MAX_BATCHES_IN_FLIGHT`] batches marked and not
@@ -49,14 +51,16 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{self, Term};
 use super::{SchedulerContext, SchedulerError};
 use crate::guard;
-use crate::ids::{LeaseEpoch, ShardId};
+use crate::ids::ShardId;
 use crate::metrics::{metrics, JobTypeLabel};
 use crate::route::{Route, RouteInput};
 use crate::trigger::PendingTrigger;
 
 /// Most triggers in one publication batch.
 pub const MAX_BATCH: usize = 5_000;
-/// Most runs recorded `published` by one statement.
+/// Least time between two rounds of the recorder.
+const RECORD_ROUND_GAP: Duration = Duration::from_millis(250);
+/// Most runs recorded by one statement.
 const MAX_RECORD: usize = 20_000;
 /// Most delivered runs waiting to be recorded; beyond that (the database far behind) the oldest
 /// are left to the read-back.
@@ -106,8 +110,6 @@ pub struct PublishOutcome {
 /// `publish` span (open until the broker answers; `Span::none()` unless spans are exported).
 struct Sent {
     id: i64,
-    /// The epoch it was marked and sent under.
-    epoch: LeaseEpoch,
     fire_time: DateTime<Utc>,
     /// When it was handed to the producer (database clock).
     sent_at: DateTime<Utc>,
@@ -327,6 +329,9 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     }
     let before = routed.len();
     let terms: Vec<Term> = routed.iter().map(|r| r.term).collect();
+    // The runs it marks `publishing` hold their shards' settled marks back from before the
+    // transaction begins.
+    let writing = ctx.wheel.writing(&ctx.clock);
     let mut tx = ctx.pool.begin().await?;
     let valid: HashSet<ShardId> = lease::confirm(&mut tx, &ctx.admin_id, &terms)
         .await?
@@ -388,7 +393,33 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
         (ended, caught_up) =
             misfire_late(&mut tx, routed, &checks, &ctx.catch_ups, db_now, &mut keep).await?;
     }
-    tx.commit().await?;
+    match tx.commit().await {
+        Ok(()) => {
+            // Marked now: the runs taken from `scheduled` and those routed again (a run the scan
+            // wrote claimed is held already). The others taken are no longer this admin's to
+            // send (misfired, dropped by a job change): they hold no mark back.
+            writing.marked(
+                routed
+                    .iter()
+                    .filter(|r| {
+                        keep.contains(&r.trigger.id.0) && (r.trigger.claim.is_none() || r.moved)
+                    })
+                    .map(|r| (r.trigger.id.0, r.trigger.shard)),
+            );
+            ctx.wheel.resolved(
+                routed
+                    .iter()
+                    .map(|r| r.trigger.id.0)
+                    .filter(|id| !keep.contains(id)),
+            );
+        }
+        Err(e) => {
+            // It may have committed all the same: every run it may have marked holds its
+            // shard's mark back until the sweep finds out (`Wheel::unsettled_unknown`).
+            writing.marked(routed.iter().map(|r| (r.trigger.id.0, r.trigger.shard)));
+            return Err(e.into());
+        }
+    }
     ended.record();
     if let Some(at) = db_now {
         ctx.catch_ups.taken(&caught_up, at);
@@ -643,7 +674,6 @@ async fn produce(
                 // The receiver (`record`) lives as long as this batch.
                 let _ = sends.send(Sent {
                     id: t.id.0,
-                    epoch: term.epoch,
                     fire_time: t.fire_time,
                     sent_at: now,
                     job_type: t.job_type.clone(),
@@ -729,7 +759,6 @@ async fn record(
     let mut types = Vec::new();
     while let Some(Sent {
         id,
-        epoch,
         fire_time,
         sent_at,
         job_type,
@@ -741,9 +770,10 @@ async fn record(
             Ok(Ok(d)) => {
                 span.record("offset", d.offset);
                 delivered.ids.push(id);
+                delivered.job_types.push(job_type.as_str().to_owned());
                 delivered.partitions.push(d.partition);
                 delivered.offsets.push(d.offset);
-                delivered.epochs.push(epoch);
+                delivered.fire_times.push(fire_time);
                 delivered.acked_at.push(ctx.clock.now());
                 lateness.push((sent_at - fire_time).num_milliseconds());
                 types.push(job_type);
@@ -796,17 +826,17 @@ struct Delivered {
     /// When to record them (set when handed to the recorder).
     due: Option<tokio::time::Instant>,
     ids: Vec<i64>,
+    job_types: Vec<String>,
     partitions: Vec<i32>,
     offsets: Vec<i64>,
-    /// The epoch each was sent under: recorded only while its row is still marked so.
-    epochs: Vec<LeaseEpoch>,
+    fire_times: Vec<DateTime<Utc>>,
     /// When the broker acknowledged each, by the database clock as this admin reads it.
     acked_at: Vec<DateTime<Utc>>,
 }
 
-/// Records delivered runs `published` a moment after their delivery
-/// (`CADENZA_RECORD_DELAY_MS`), those no worker started meanwhile only. Cloned into each batch's
-/// task; once every clone is dropped, its task records what is left at once and ends.
+/// Records delivered runs in the delivery record a moment after their delivery
+/// (`CADENZA_RECORD_DELAY_MS`). Cloned into each batch's task; once every clone is dropped, its
+/// task records what is left at once and ends.
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::UnboundedSender<Delivered>,
@@ -851,13 +881,19 @@ async fn record_loop(ctx: Arc<SchedulerContext>, rx: mpsc::UnboundedReceiver<Del
     };
     let mut queued = 0;
     let mut open = true;
+    let mut last_round = tokio::time::Instant::now();
     while open || !h.waiting.is_empty() {
-        // Once every sender is gone, what is left is due at once.
+        // Once every sender is gone, what is left is due at once. Otherwise rounds are at least
+        // RECORD_ROUND_GAP apart, so that one row of the record holds a good share of a
+        // partition's deliveries instead of a few milliseconds' worth.
         let now = tokio::time::Instant::now();
-        let next = h
-            .waiting
-            .front()
-            .map(|d| if open { d.due.unwrap_or(now) } else { now });
+        let next = h.waiting.front().map(|d| {
+            if open {
+                d.due.unwrap_or(now).max(last_round + RECORD_ROUND_GAP)
+            } else {
+                now
+            }
+        });
         tokio::select! {
             received = h.rx.recv(), if open => match received {
                 Some(d) => {
@@ -878,6 +914,7 @@ async fn record_loop(ctx: Arc<SchedulerContext>, rx: mpsc::UnboundedReceiver<Del
             },
             _ = tokio::time::sleep_until(next.unwrap_or(now)), if next.is_some() => {
                 let now = tokio::time::Instant::now();
+                last_round = now;
                 let mut due = Vec::new();
                 let mut runs = 0;
                 while let Some(d) = h.waiting.front() {
@@ -890,12 +927,14 @@ async fn record_loop(ctx: Arc<SchedulerContext>, rx: mpsc::UnboundedReceiver<Del
                 }
                 queued -= runs;
                 let ids: Vec<i64> = due.iter().flat_map(|d| d.ids.iter().copied()).collect();
-                let written = async { write_published(&ctx, due).await.map_err(anyhow::Error::from) };
-                if let Err(e) = guard::round("recording delivered runs", written).await {
-                    tracing::warn!(error = %e, "recording delivered runs failed; they stay publishing and are read back");
+                let written = async { write_deliveries(&ctx, due).await.map_err(anyhow::Error::from) };
+                match guard::round("recording delivered runs", written).await {
+                    Ok(()) => ctx.wheel.recorded(ids),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recording delivered runs failed; they stay publishing and are read back");
+                        ctx.wheel.settle(ids);
+                    }
                 }
-                // Recorded, or left to the read-back.
-                ctx.wheel.settle(ids);
             }
         }
     }
@@ -920,28 +959,31 @@ impl Drop for Unrecorded {
     }
 }
 
-/// Records the runs of `deliveries` still `publishing` (under the epoch they were sent under)
-/// as `published`. Rows another transaction holds are skipped (see the statement).
-async fn write_published(
+/// Records `deliveries` in the delivery record, one row per job type and partition. The runs'
+/// own rows stay as they are: a run left `publishing` that the record holds was published (see
+/// migration 0019); one a worker started meanwhile was written by its `started` event.
+async fn write_deliveries(
     ctx: &SchedulerContext,
     deliveries: Vec<Delivered>,
 ) -> Result<(), sqlx::Error> {
     let mut all = Delivered::default();
     for d in deliveries {
         all.ids.extend(d.ids);
+        all.job_types.extend(d.job_types);
         all.partitions.extend(d.partitions);
         all.offsets.extend(d.offsets);
-        all.epochs.extend(d.epochs);
+        all.fire_times.extend(d.fire_times);
         all.acked_at.extend(d.acked_at);
     }
     if all.ids.is_empty() {
         return Ok(());
     }
-    sqlx::query(sql!("publish/mark_published"))
+    sqlx::query(sql!("publish/record_deliveries"))
         .bind(&all.ids)
+        .bind(&all.job_types)
         .bind(&all.partitions)
         .bind(&all.offsets)
-        .bind(&all.epochs)
+        .bind(&all.fire_times)
         .bind(&all.acked_at)
         .execute(&ctx.pool)
         .await?;
@@ -951,6 +993,7 @@ async fn write_published(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::LeaseEpoch;
     use crate::trigger::PreClaim;
     use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
 

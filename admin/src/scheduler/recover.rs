@@ -18,6 +18,7 @@ use rdkafka::producer::FutureRecord;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
+use super::lease::Term;
 use super::{SchedulerContext, SchedulerError, NOTIFY_CHANNEL};
 use crate::ids::{LeaseEpoch, ShardId};
 use crate::trigger::{rows_to_pending, PendingRow};
@@ -187,25 +188,47 @@ pub async fn resolve_publishing(
         return Ok(Resolved::default());
     };
     let shard_ids = ShardId::to_db_all(terms.iter().map(|t| &t.shard));
-    let epochs: Vec<LeaseEpoch> = terms.iter().map(|t| t.epoch).collect();
-    let rows: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_rows"))
-        .bind(&shard_ids)
-        .bind(&epochs)
-        .bind(settled_after_ms(&ctx.config) as f64)
-        .bind(which == ReadBack::AfterTakeover)
-        // After a takeover, everything the previous holders left; otherwise not past the
-        // earliest run this admin is about to take, send or record (see `search_floor`).
-        .bind(match which {
-            ReadBack::AfterTakeover => None,
-            ReadBack::Settled => Some(search_floor(
-                ctx.wheel
-                    .earliest_known_ms()
-                    .and_then(DateTime::from_timestamp_millis),
-                ctx.clock.now(),
-            )),
-        })
-        .fetch_all(&ctx.pool)
-        .await?;
+    // Shards where runs an earlier holder marked may be left unresolved after the settled mark
+    // (just acquired): searched from the mark. In the others, the only runs left `publishing`
+    // undelivered are those this admin marked and knows it has not recorded (a send or its
+    // record failed), looked up by id.
+    let (fresh, ready): (Vec<&Term>, Vec<&Term>) = terms
+        .iter()
+        .partition(|t| which == ReadBack::AfterTakeover || !ctx.wheel.mark_ready(t.shard, t.epoch));
+    let mut rows: Vec<PublishingRow> = Vec::new();
+    if !fresh.is_empty() {
+        rows = sqlx::query_as(sql!("recover/publishing_rows"))
+            .bind(ShardId::to_db_all(fresh.iter().map(|t| &t.shard)))
+            .bind(fresh.iter().map(|t| t.epoch).collect::<Vec<_>>())
+            .bind(settled_after_ms(&ctx.config) as f64)
+            .bind(which == ReadBack::AfterTakeover)
+            // After a takeover, everything the previous holders left; otherwise not past the
+            // earliest run this admin is about to take, send or record (see `search_floor`).
+            .bind(match which {
+                ReadBack::AfterTakeover => None,
+                ReadBack::Settled => Some(search_floor(
+                    ctx.wheel
+                        .earliest_known_ms()
+                        .and_then(DateTime::from_timestamp_millis),
+                    ctx.clock.now(),
+                )),
+            })
+            .bind(earlier_holders_until(ctx, &fresh))
+            .fetch_all(&ctx.pool)
+            .await?;
+    }
+    if !ready.is_empty() && which == ReadBack::Settled {
+        let own = ctx.wheel.unsettled_unknown();
+        if !own.is_empty() {
+            let by_id: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_by_id"))
+                .bind(&own)
+                .bind(settled_after_ms(&ctx.config) as f64)
+                .fetch_all(&ctx.pool)
+                .await?;
+            let seen: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+            rows.extend(by_id.into_iter().filter(|r| !seen.contains(&r.id)));
+        }
+    }
     // Runs this admin wrote claimed and still holds in its timer (or is sending) are not
     // settled, however long ago they were marked: the scan writes them up to the planning
     // horizon ahead of their fire time.
@@ -433,6 +456,7 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
     apply_misfires(ctx, &shard_ids).await?;
     // A send settles within the producer's timeout, shorter than the margin.
     resolve_publishing(ctx, &held, ReadBack::Settled).await?;
+    settle_marks(ctx, &held).await?;
     // Only overdue runs of a schedule: the scan hands fresh ones to the timer itself, and runs
     // put back to `scheduled` are loaded where they are put back (read-back, takeover).
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/overdue_scheduled"))
@@ -447,6 +471,96 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
         .fetch_all(&ctx.pool)
         .await?;
     ctx.wheel.insert(rows_to_pending(rows));
+    Ok(())
+}
+
+/// For each of `terms`, a time after which no earlier holder of its shard marked a run (see
+/// [`super::wheel::Wheel::earlier_holders_until_ms`]).
+fn earlier_holders_until(ctx: &SchedulerContext, terms: &[&Term]) -> Vec<DateTime<Utc>> {
+    let now = ctx.clock.now();
+    terms
+        .iter()
+        .map(|t| {
+            DateTime::from_timestamp_millis(ctx.wheel.earlier_holders_until_ms(
+                t.shard,
+                t.epoch,
+                now.timestamp_millis(),
+            ))
+            .unwrap_or(now)
+        })
+        .collect()
+}
+
+/// Moves the settled marks of the held shards (migration 0019): first forgets the runs this
+/// admin marked that are resolved by now (their send failed and a read-back settled them, or a
+/// worker started them, ...), then, for each shard where no run an earlier holder marked is
+/// left unresolved after the mark, writes the earliest mark among the runs it still has in
+/// flight. The read-back's search starts there.
+async fn settle_marks(ctx: &SchedulerContext, held: &[ShardId]) -> Result<(), SchedulerError> {
+    let unknown = ctx.wheel.unsettled_unknown();
+    if !unknown.is_empty() {
+        let still: HashSet<i64> = sqlx::query_scalar(sql!("recover/unsettled"))
+            .bind(&unknown)
+            .fetch_all(&ctx.pool)
+            .await?
+            .into_iter()
+            .collect();
+        ctx.wheel
+            .resolved(unknown.into_iter().filter(|id| !still.contains(id)));
+    }
+    let terms: Vec<_> = held.iter().filter_map(|s| ctx.leases.term(*s)).collect();
+    let waiting: Vec<_> = terms
+        .iter()
+        .filter(|t| !ctx.wheel.mark_ready(t.shard, t.epoch))
+        .collect();
+    if !waiting.is_empty() {
+        let until = earlier_holders_until(ctx, &waiting);
+        let left: HashSet<i32> = sqlx::query_scalar(sql!("recover/left_by_earlier_holders"))
+            .bind(ShardId::to_db_all(waiting.iter().map(|t| &t.shard)))
+            .bind(waiting.iter().map(|t| t.epoch).collect::<Vec<_>>())
+            .bind(&until)
+            .fetch_all(&ctx.pool)
+            .await?
+            .into_iter()
+            .collect();
+        for t in waiting {
+            if !left.contains(&t.shard.to_db()) {
+                ctx.wheel.set_mark_ready(t.shard, t.epoch);
+            }
+        }
+    }
+    let ready: Vec<_> = terms
+        .into_iter()
+        .filter(|t| ctx.wheel.mark_ready(t.shard, t.epoch))
+        .collect();
+    if ready.is_empty() {
+        return Ok(());
+    }
+    let shards: Vec<ShardId> = ready.iter().map(|t| t.shard).collect();
+    let marks: Vec<DateTime<Utc>> = ctx
+        .wheel
+        .settled_before_ms(&shards, ctx.clock.now().timestamp_millis())
+        .into_iter()
+        .filter_map(DateTime::from_timestamp_millis)
+        .collect();
+    if marks.len() != shards.len() {
+        return Ok(());
+    }
+    sqlx::query(sql!("lease/settled"))
+        .bind(ShardId::to_db_all(&shards))
+        .bind(ready.iter().map(|t| t.epoch).collect::<Vec<_>>())
+        .bind(&marks)
+        .bind(ctx.admin_id.to_string())
+        .execute(&ctx.pool)
+        .await?;
+    tracing::debug!(
+        shards = shards.len(),
+        behind_ms = marks
+            .iter()
+            .min()
+            .map(|m| (ctx.clock.now() - *m).num_milliseconds()),
+        "settled marks written"
+    );
     Ok(())
 }
 

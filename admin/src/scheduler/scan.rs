@@ -423,6 +423,9 @@ impl Scanner {
                 ..ScanOutcome::default()
             });
         }
+        // The runs it writes `publishing` hold their shards' settled marks back from before the
+        // transaction begins.
+        let writing = self.ctx.wheel.writing(&self.ctx.clock);
         let mut tx = self.ctx.pool.begin().await?;
         // 1.
         let confirmed = lease::confirm(&mut tx, &self.ctx.admin_id, &held).await?;
@@ -471,7 +474,17 @@ impl Scanner {
             let inserted = write(&mut tx, &expansion).await?;
             let ids: Vec<i64> = inserted.rows.iter().map(|r| r.id).collect();
             self.ctx.wheel.reserve(ids.iter().copied());
-            if let Err(e) = tx.commit().await {
+            let committed = tx.commit().await;
+            // Even when the commit reports an error: it may have committed all the same, and
+            // the sweep finds out (`Wheel::unsettled_unknown`).
+            writing.marked(
+                inserted
+                    .rows
+                    .iter()
+                    .filter(|r| r.status == RunStatus::Publishing.as_str())
+                    .filter_map(|r| Some((r.id, ShardId::from_db(r.shard).ok()?))),
+            );
+            if let Err(e) = committed {
                 self.ctx.wheel.unreserve(ids);
                 return Err(e.into());
             }

@@ -6,13 +6,13 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::clock::DbClock;
-use crate::ids::ShardId;
+use crate::ids::{LeaseEpoch, ShardId};
 use crate::trigger::PendingTrigger;
 
 #[derive(Default)]
@@ -24,6 +24,57 @@ struct Inner {
     known: HashMap<i64, i64>,
     /// ids of runs written by a scan transaction that is committing, not yet inserted
     reserved: HashSet<i64>,
+    /// Runs this admin marked `publishing` whose delivery is not recorded yet (nor resolved by
+    /// a read-back), with their shard and a lower bound of their mark's time (`updated_at`, ms
+    /// by the database clock): they hold their shard's settled mark back (see
+    /// [`Wheel::settled_before_ms`]).
+    unsettled: HashMap<i64, (ShardId, i64)>,
+    /// Transactions that may mark runs `publishing` and have not reported them yet: token →
+    /// lower bound of the time they mark them at.
+    writing: BTreeMap<u64, i64>,
+    next_token: u64,
+    /// Shards whose settled mark this admin may move, with the epoch it may at: those of its
+    /// shards where no run an earlier holder marked is left unresolved after the mark.
+    mark_ready: HashMap<ShardId, LeaseEpoch>,
+    /// When this admin acquired each of its shards not yet ready (database clock, ms, plus
+    /// [`MARK_SLACK_MS`]): earlier holders marked their runs before then.
+    acquired: HashMap<ShardId, (LeaseEpoch, i64)>,
+}
+
+/// How much earlier than the admin's reading of the database clock a transaction's `now()` may be
+/// taken to be (see [`Wheel::writing`]). The reading is off by about a round trip; a settled mark
+/// a second early only makes the read-back's search a second longer.
+pub const MARK_SLACK_MS: i64 = 1_000;
+
+/// A transaction that may mark runs `publishing` (see [`Wheel::writing`]).
+pub struct Writing {
+    wheel: Arc<Wheel>,
+    token: u64,
+}
+
+impl Writing {
+    /// The transaction committed, marking `runs` (id, shard) `publishing`: each holds its
+    /// shard's settled mark back until its delivery is recorded ([`Wheel::recorded`]) or it is
+    /// found resolved ([`Wheel::resolved`]).
+    pub fn marked(self, runs: impl IntoIterator<Item = (i64, ShardId)>) {
+        let mut inner = self.wheel.lock();
+        let Some(floor) = inner.writing.remove(&self.token) else {
+            return;
+        };
+        for (id, shard) in runs {
+            inner
+                .unsettled
+                .entry(id)
+                .and_modify(|e| e.1 = e.1.min(floor))
+                .or_insert((shard, floor));
+        }
+    }
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        self.wheel.lock().writing.remove(&self.token);
+    }
 }
 
 #[derive(Default)]
@@ -63,6 +114,11 @@ impl Wheel {
     /// was handed to the publisher); their rows stay as they are for the new holder.
     pub fn drop_shards(&self, shards: &[ShardId]) -> Vec<PendingTrigger> {
         let mut inner = self.lock();
+        inner
+            .unsettled
+            .retain(|_, (shard, _)| !shards.contains(shard));
+        inner.mark_ready.retain(|shard, _| !shards.contains(shard));
+        inner.acquired.retain(|shard, _| !shards.contains(shard));
         let gone: Vec<(i64, i64)> = inner
             .queue
             .iter()
@@ -109,6 +165,106 @@ impl Wheel {
         let mut inner = self.lock();
         for id in ids {
             inner.reserved.remove(&id);
+        }
+    }
+
+    /// Announces a transaction about to mark runs `publishing`, to begin after this call: its
+    /// marks (`updated_at`, the transaction's start) come no earlier than `clock` reads now, less
+    /// [`MARK_SLACK_MS`] for the clock's error. Until the returned [`Writing`] reports what it
+    /// marked (or is dropped), no shard's settled mark passes that time.
+    pub fn writing(self: &Arc<Self>, clock: &DbClock) -> Writing {
+        let floor_ms = clock.now().timestamp_millis().saturating_sub(MARK_SLACK_MS);
+        let mut inner = self.lock();
+        inner.next_token += 1;
+        let token = inner.next_token;
+        inner.writing.insert(token, floor_ms);
+        Writing {
+            wheel: self.clone(),
+            token,
+        }
+    }
+
+    /// The deliveries of `ids` are recorded: they no longer hold anything back, and the timer
+    /// forgets them (see [`Wheel::settle`]).
+    pub fn recorded(&self, ids: impl IntoIterator<Item = i64>) {
+        let mut inner = self.lock();
+        for id in ids {
+            inner.known.remove(&id);
+            inner.unsettled.remove(&id);
+        }
+    }
+
+    /// `ids` are no longer `publishing` undelivered under this admin (resolved by a read-back,
+    /// started, ended, dropped): they no longer hold their shard's settled mark back.
+    pub fn resolved(&self, ids: impl IntoIterator<Item = i64>) {
+        let mut inner = self.lock();
+        for id in ids {
+            inner.unsettled.remove(&id);
+        }
+    }
+
+    /// Runs marked by this admin whose delivery is not recorded and that the timer no longer
+    /// knows (their send failed, or their record did): the sweep checks whether they are still
+    /// `publishing` undelivered (the read-back resolves those) and reports the others
+    /// [`Wheel::resolved`].
+    pub fn unsettled_unknown(&self) -> Vec<i64> {
+        let inner = self.lock();
+        inner
+            .unsettled
+            .keys()
+            .filter(|id| !inner.known.contains_key(id) && !inner.reserved.contains(id))
+            .copied()
+            .collect()
+    }
+
+    /// For each of `shards`, the time (database clock, ms) before which every run this admin
+    /// marked `publishing` in it has its delivery recorded or was resolved: the earliest mark
+    /// among the runs it marked and has not settled, and among the transactions marking runs
+    /// now, but no later than `now_ms` (the database clock as this admin reads it) less
+    /// [`MARK_SLACK_MS`]: a transaction announced after this call begins after it.
+    pub fn settled_before_ms(&self, shards: &[ShardId], now_ms: i64) -> Vec<i64> {
+        let now_ms = now_ms.saturating_sub(MARK_SLACK_MS);
+        let inner = self.lock();
+        let writing = inner.writing.values().min().copied().unwrap_or(now_ms);
+        let mut out: HashMap<ShardId, i64> =
+            shards.iter().map(|s| (*s, now_ms.min(writing))).collect();
+        for (shard, floor) in inner.unsettled.values() {
+            if let Some(m) = out.get_mut(shard) {
+                *m = (*m).min(*floor);
+            }
+        }
+        shards
+            .iter()
+            .map(|s| out.get(s).copied().unwrap_or(now_ms))
+            .collect()
+    }
+
+    /// Whether this admin may move the settled mark of `shard`, held at `epoch`.
+    pub fn mark_ready(&self, shard: ShardId, epoch: LeaseEpoch) -> bool {
+        self.lock().mark_ready.get(&shard) == Some(&epoch)
+    }
+
+    /// This admin may move the settled mark of `shard` at `epoch` from now on: no run an
+    /// earlier holder marked is left unresolved after it.
+    pub fn set_mark_ready(&self, shard: ShardId, epoch: LeaseEpoch) {
+        let mut inner = self.lock();
+        inner.mark_ready.insert(shard, epoch);
+        inner.acquired.remove(&shard);
+    }
+
+    /// This admin acquired `shard` at `epoch` when the database clock read `now_ms`.
+    pub fn acquired(&self, shard: ShardId, epoch: LeaseEpoch, now_ms: i64) {
+        self.lock()
+            .acquired
+            .insert(shard, (epoch, now_ms.saturating_add(MARK_SLACK_MS)));
+    }
+
+    /// A time (database clock, ms) after which no earlier holder of `shard` marked a run: when
+    /// this admin acquired it at `epoch`, or `now_ms` if it does not know.
+    pub fn earlier_holders_until_ms(&self, shard: ShardId, epoch: LeaseEpoch, now_ms: i64) -> i64 {
+        match self.lock().acquired.get(&shard) {
+            Some((e, at)) if *e == epoch => *at,
+            _ => now_ms,
         }
     }
 
@@ -217,6 +373,54 @@ mod tests {
             workflow: None,
             claim: None,
         }
+    }
+
+    #[test]
+    fn the_settled_mark_waits_for_every_run_marked_and_every_transaction_marking() {
+        let wheel = Arc::new(Wheel::default());
+        let clock = DbClock::with_offset(Duration::zero());
+        let (a, b) = (ShardId(0), ShardId(1));
+        let mark = |now: i64| wheel.settled_before_ms(&[a, b], now);
+        let now = clock.now().timestamp_millis();
+        // Nothing in flight: the clock, less the slack.
+        assert_eq!(mark(now), vec![now - MARK_SLACK_MS; 2]);
+        // A transaction about to mark runs holds every shard back from its start.
+        let first = wheel.writing(&clock);
+        let floor = now - MARK_SLACK_MS;
+        let later = now + 10_000;
+        assert!(mark(later)
+            .iter()
+            .all(|&m| (floor..floor + 1_000).contains(&m)));
+        // It marked run 7 of shard 0: that run holds shard 0 back, shard 1 moves on.
+        first.marked([(7, a)]);
+        let m = mark(later);
+        assert!((floor..floor + 1_000).contains(&m[0]), "{m:?}");
+        assert_eq!(m[1], later - MARK_SLACK_MS);
+        // A failed transaction (dropped) holds nothing back.
+        drop(wheel.writing(&clock));
+        assert_eq!(mark(later)[1], later - MARK_SLACK_MS);
+        // Its send failed: the timer forgets it, the mark does not.
+        wheel.settle([7]);
+        assert_eq!(wheel.unsettled_unknown(), vec![7]);
+        assert!(mark(later)[0] < later - MARK_SLACK_MS);
+        // Resolved (read back), or recorded: shard 0 moves on.
+        wheel.resolved([7]);
+        assert_eq!(mark(later), vec![later - MARK_SLACK_MS; 2]);
+        wheel.writing(&clock).marked([(8, b)]);
+        assert!(mark(later)[1] < later - MARK_SLACK_MS);
+        wheel.recorded([8]);
+        assert_eq!(mark(later), vec![later - MARK_SLACK_MS; 2]);
+        // A shard given up forgets its runs and its readiness.
+        wheel.writing(&clock).marked([(9, b)]);
+        wheel.set_mark_ready(b, LeaseEpoch(3));
+        assert!(wheel.mark_ready(b, LeaseEpoch(3)));
+        assert!(
+            !wheel.mark_ready(b, LeaseEpoch(4)),
+            "ready at its epoch only"
+        );
+        wheel.drop_shards(&[b]);
+        assert!(!wheel.mark_ready(b, LeaseEpoch(3)));
+        assert!(wheel.unsettled_unknown().is_empty());
     }
 
     #[tokio::test]

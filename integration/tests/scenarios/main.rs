@@ -10,6 +10,7 @@ mod block_strategies;
 mod cli;
 mod console;
 mod contract;
+mod delivery_record;
 mod harness;
 mod harness_cluster;
 mod import_xxl;

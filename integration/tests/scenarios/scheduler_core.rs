@@ -428,7 +428,8 @@ async fn wait_quiet(pool: &PgPool) {
         "no run left scheduled or publishing",
         || async move {
             let n: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM triggers WHERE status IN ('scheduled', 'publishing')",
+                "SELECT count(*) FROM triggers \
+                 WHERE cadenza_run_status(status, id) IN ('scheduled', 'publishing')",
             )
             .fetch_one(pool)
             .await?;
@@ -667,7 +668,8 @@ async fn runs_written_ahead_and_taken_past_their_misfire_threshold_misfire() {
     assert!(frozen.len() >= 6 && sent <= 1, "{frozen:?}");
     // Runs go on after it: due once the admin woke up, they are published again.
     let after: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM triggers WHERE job_id = $1 AND fire_time > $2 AND status = 'published'",
+        "SELECT count(*) FROM triggers \
+         WHERE job_id = $1 AND fire_time > $2 AND cadenza_run_status(status, id) = 'published'",
     )
     .bind(jobs[0])
     .bind(woke_at + chrono::Duration::milliseconds(500))
