@@ -6,7 +6,8 @@
 -- past its fire time while its shard changed hands is sent late by the next holder, or misfired
 -- by the job's rule, rather than lost. For a run written claimed (`publishing`): the holder takes runs
 -- for sending under a key-share lock of their job, which the caller's lock waited for, so every
--- run it took is due sooner. Dropping any bumps the job's plan_gen, from which the holder learns
+-- run it took is due sooner (a run sent has its offset in the delivery record, not in its row:
+-- `"offset" IS NULL` alone does not say it was not sent; the fire-time bound does). Dropping any bumps the job's plan_gen, from which the holder learns
 -- to send only the runs still there.
 WITH dropped AS (
     DELETE FROM triggers

@@ -2,7 +2,8 @@
 -- (publication was behind, or the run was left `scheduled` while its shard changed hands), as the
 -- job's misfire strategy says: `do_nothing` records each
 -- `misfired` instead of sending it; `fire_once_now` records one `misfired` when a later run of
--- the same job and broadcast shard is past the threshold too and not sent yet, so only the latest
+-- the same job and broadcast shard is past the threshold too and not started yet (`scheduled`, or
+-- `publishing`: about to be sent, or sent and waiting for a worker), so only the latest
 -- goes out (as the sweep's rule, recover/misfire_overdue, keeps the newest), or when it is
 -- covered ($5): it was due by the time this admin sent a late run of the same job and broadcast
 -- shard as its catch-up (publish::CatchUps). Of the given runs,

@@ -151,6 +151,8 @@ pub struct Acquired {
     /// How long until the previous lease ended plus the margin: anything the previous holder
     /// sent has landed (or failed) by then.
     pub settle: Duration,
+    /// The acquiring transaction's `now()`: earlier holders marked their runs before it.
+    pub at: DateTime<Utc>,
 }
 
 /// What one round changed.
@@ -265,6 +267,7 @@ impl LeaseManager {
                     shard,
                     epoch,
                     settle,
+                    at: db_now,
                 });
             }
         }
@@ -364,9 +367,10 @@ impl LeaseManager {
     /// what their previous holder left `publishing` once its sends have settled.
     async fn recover(&self, acquired: Vec<Acquired>, shutdown: &CancellationToken) {
         // Earlier holders marked their runs before this admin acquired the shards.
-        let now_ms = self.ctx.clock.now().timestamp_millis();
         for a in &acquired {
-            self.ctx.wheel.acquired(a.shard, a.epoch, now_ms);
+            self.ctx
+                .wheel
+                .acquired(a.shard, a.epoch, a.at.timestamp_millis());
         }
         let todo: Vec<ShardId> = {
             let mut set = self.unrecovered.lock().unwrap_or_else(|p| p.into_inner());

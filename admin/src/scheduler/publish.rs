@@ -406,12 +406,8 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
                     })
                     .map(|r| (r.trigger.id.0, r.trigger.shard)),
             );
-            ctx.wheel.resolved(
-                routed
-                    .iter()
-                    .map(|r| r.trigger.id.0)
-                    .filter(|id| !keep.contains(id)),
-            );
+            // Runs not kept that this admin marked before (an earlier take whose commit seemed
+            // to fail) stay tracked: the sweep finds out whether that take committed.
         }
         Err(e) => {
             // It may have committed all the same: every run it may have marked holds its
@@ -1164,6 +1160,10 @@ mod tests {
                 "triggers/overdue_scheduled",
                 sql!("triggers/overdue_scheduled"),
             ),
+            (
+                "triggers/pending_for_shards",
+                sql!("triggers/pending_for_shards"),
+            ),
             // The index the sweep's load reads: its predicate must be implied by the query's.
             (
                 "migration 0017 (triggers_scheduled)",
@@ -1182,6 +1182,10 @@ mod tests {
             (
                 "triggers/pending_requested",
                 sql!("triggers/pending_requested"),
+            ),
+            (
+                "triggers/pending_for_shards",
+                sql!("triggers/pending_for_shards"),
             ),
             (
                 "migration 0014 (triggers_requested)",

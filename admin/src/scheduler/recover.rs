@@ -221,8 +221,11 @@ pub async fn resolve_publishing(
         let own = ctx.wheel.unsettled_unknown();
         if !own.is_empty() {
             let by_id: Vec<PublishingRow> = sqlx::query_as(sql!("recover/publishing_by_id"))
-                .bind(&own)
+                .bind(own.iter().map(|r| r.id).collect::<Vec<_>>())
                 .bind(settled_after_ms(&ctx.config) as f64)
+                // Only runs of the shards read back here: a run marked in a shard given up
+                // since is its new holder's to resolve.
+                .bind(ShardId::to_db_all(ready.iter().map(|t| &t.shard)))
                 .fetch_all(&ctx.pool)
                 .await?;
             let seen: HashSet<i64> = rows.iter().map(|r| r.id).collect();
@@ -500,13 +503,13 @@ async fn settle_marks(ctx: &SchedulerContext, held: &[ShardId]) -> Result<(), Sc
     let unknown = ctx.wheel.unsettled_unknown();
     if !unknown.is_empty() {
         let still: HashSet<i64> = sqlx::query_scalar(sql!("recover/unsettled"))
-            .bind(&unknown)
+            .bind(unknown.iter().map(|r| r.id).collect::<Vec<_>>())
             .fetch_all(&ctx.pool)
             .await?
             .into_iter()
             .collect();
         ctx.wheel
-            .resolved(unknown.into_iter().filter(|id| !still.contains(id)));
+            .resolved(unknown.into_iter().filter(|r| !still.contains(&r.id)));
     }
     let terms: Vec<_> = held.iter().filter_map(|s| ctx.leases.term(*s)).collect();
     let waiting: Vec<_> = terms
@@ -529,33 +532,31 @@ async fn settle_marks(ctx: &SchedulerContext, held: &[ShardId]) -> Result<(), Sc
             }
         }
     }
-    let ready: Vec<_> = terms
-        .into_iter()
-        .filter(|t| ctx.wheel.mark_ready(t.shard, t.epoch))
-        .collect();
-    if ready.is_empty() {
-        return Ok(());
-    }
-    let shards: Vec<ShardId> = ready.iter().map(|t| t.shard).collect();
-    let marks: Vec<DateTime<Utc>> = ctx
+    let asked: Vec<(ShardId, LeaseEpoch)> = terms.iter().map(|t| (t.shard, t.epoch)).collect();
+    let marks = ctx
         .wheel
-        .settled_before_ms(&shards, ctx.clock.now().timestamp_millis())
-        .into_iter()
-        .filter_map(DateTime::from_timestamp_millis)
-        .collect();
-    if marks.len() != shards.len() {
+        .settled_marks(&asked, ctx.clock.now().timestamp_millis());
+    let (mut shards, mut epochs, mut at) = (Vec::new(), Vec::new(), Vec::new());
+    for (shard, epoch, ms) in marks {
+        if let Some(t) = DateTime::from_timestamp_millis(ms) {
+            shards.push(shard);
+            epochs.push(epoch);
+            at.push(t);
+        }
+    }
+    if shards.is_empty() {
         return Ok(());
     }
     sqlx::query(sql!("lease/settled"))
         .bind(ShardId::to_db_all(&shards))
-        .bind(ready.iter().map(|t| t.epoch).collect::<Vec<_>>())
-        .bind(&marks)
+        .bind(&epochs)
+        .bind(&at)
         .bind(ctx.admin_id.to_string())
         .execute(&ctx.pool)
         .await?;
     tracing::debug!(
         shards = shards.len(),
-        behind_ms = marks
+        behind_ms = at
             .iter()
             .min()
             .map(|m| (ctx.clock.now() - *m).num_milliseconds()),

@@ -27,8 +27,10 @@ struct Inner {
     /// Runs this admin marked `publishing` whose delivery is not recorded yet (nor resolved by
     /// a read-back), with their shard and a lower bound of their mark's time (`updated_at`, ms
     /// by the database clock): they hold their shard's settled mark back (see
-    /// [`Wheel::settled_before_ms`]).
-    unsettled: HashMap<i64, (ShardId, i64)>,
+    /// [`Wheel::settled_marks`]), and a generation that changes whenever the run is marked
+    /// again (a check of its state made before then says nothing about it).
+    unsettled: HashMap<i64, Unsettled>,
+    next_generation: u64,
     /// Transactions that may mark runs `publishing` and have not reported them yet: token →
     /// lower bound of the time they mark them at.
     writing: BTreeMap<u64, i64>,
@@ -36,9 +38,25 @@ struct Inner {
     /// Shards whose settled mark this admin may move, with the epoch it may at: those of its
     /// shards where no run an earlier holder marked is left unresolved after the mark.
     mark_ready: HashMap<ShardId, LeaseEpoch>,
-    /// When this admin acquired each of its shards not yet ready (database clock, ms, plus
-    /// [`MARK_SLACK_MS`]): earlier holders marked their runs before then.
+    /// When this admin acquired each of its shards not yet ready (the acquiring transaction's
+    /// `now()`, ms): earlier holders marked their runs before then (their transactions confirm
+    /// the lease, which a takeover waits for, and a lease expired by then fails that check).
     acquired: HashMap<ShardId, (LeaseEpoch, i64)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Unsettled {
+    shard: ShardId,
+    floor: i64,
+    generation: u64,
+}
+
+/// A run this admin marked and whose delivery is not recorded, as seen by
+/// [`Wheel::unsettled_unknown`]: which marking of it a later check is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnsettledRun {
+    pub id: i64,
+    generation: u64,
 }
 
 /// How much earlier than the admin's reading of the database clock a transaction's `now()` may be
@@ -55,18 +73,28 @@ pub struct Writing {
 impl Writing {
     /// The transaction committed, marking `runs` (id, shard) `publishing`: each holds its
     /// shard's settled mark back until its delivery is recorded ([`Wheel::recorded`]) or it is
-    /// found resolved ([`Wheel::resolved`]).
+    /// found resolved ([`Wheel::resolved`]). Marked again, a run is tracked as a new marking:
+    /// what was found about the earlier one no longer resolves it.
     pub fn marked(self, runs: impl IntoIterator<Item = (i64, ShardId)>) {
         let mut inner = self.wheel.lock();
         let Some(floor) = inner.writing.remove(&self.token) else {
             return;
         };
         for (id, shard) in runs {
+            inner.next_generation += 1;
+            let generation = inner.next_generation;
             inner
                 .unsettled
                 .entry(id)
-                .and_modify(|e| e.1 = e.1.min(floor))
-                .or_insert((shard, floor));
+                .and_modify(|e| {
+                    e.floor = e.floor.min(floor);
+                    e.generation = generation;
+                })
+                .or_insert(Unsettled {
+                    shard,
+                    floor,
+                    generation,
+                });
         }
     }
 }
@@ -114,9 +142,7 @@ impl Wheel {
     /// was handed to the publisher); their rows stay as they are for the new holder.
     pub fn drop_shards(&self, shards: &[ShardId]) -> Vec<PendingTrigger> {
         let mut inner = self.lock();
-        inner
-            .unsettled
-            .retain(|_, (shard, _)| !shards.contains(shard));
+        inner.unsettled.retain(|_, u| !shards.contains(&u.shard));
         inner.mark_ready.retain(|shard, _| !shards.contains(shard));
         inner.acquired.retain(|shard, _| !shards.contains(shard));
         let gone: Vec<(i64, i64)> = inner
@@ -194,12 +220,17 @@ impl Wheel {
         }
     }
 
-    /// `ids` are no longer `publishing` undelivered under this admin (resolved by a read-back,
-    /// started, ended, dropped): they no longer hold their shard's settled mark back.
-    pub fn resolved(&self, ids: impl IntoIterator<Item = i64>) {
+    /// `runs` were found no longer `publishing` undelivered (resolved by a read-back, started,
+    /// ended, dropped) after [`Wheel::unsettled_unknown`] returned them: they no longer hold
+    /// their shard's settled mark back, unless marked again since.
+    pub fn resolved(&self, runs: impl IntoIterator<Item = UnsettledRun>) {
         let mut inner = self.lock();
-        for id in ids {
-            inner.unsettled.remove(&id);
+        for run in runs {
+            if let Entry::Occupied(e) = inner.unsettled.entry(run.id) {
+                if e.get().generation == run.generation {
+                    e.remove();
+                }
+            }
         }
     }
 
@@ -207,36 +238,45 @@ impl Wheel {
     /// knows (their send failed, or their record did): the sweep checks whether they are still
     /// `publishing` undelivered (the read-back resolves those) and reports the others
     /// [`Wheel::resolved`].
-    pub fn unsettled_unknown(&self) -> Vec<i64> {
+    pub fn unsettled_unknown(&self) -> Vec<UnsettledRun> {
         let inner = self.lock();
         inner
             .unsettled
-            .keys()
-            .filter(|id| !inner.known.contains_key(id) && !inner.reserved.contains(id))
-            .copied()
+            .iter()
+            .filter(|(id, _)| !inner.known.contains_key(id) && !inner.reserved.contains(id))
+            .map(|(id, u)| UnsettledRun {
+                id: *id,
+                generation: u.generation,
+            })
             .collect()
     }
 
-    /// For each of `shards`, the time (database clock, ms) before which every run this admin
-    /// marked `publishing` in it has its delivery recorded or was resolved: the earliest mark
-    /// among the runs it marked and has not settled, and among the transactions marking runs
-    /// now, but no later than `now_ms` (the database clock as this admin reads it) less
-    /// [`MARK_SLACK_MS`]: a transaction announced after this call begins after it.
-    pub fn settled_before_ms(&self, shards: &[ShardId], now_ms: i64) -> Vec<i64> {
+    /// For each of `shards` (held at the given epoch) whose mark this admin may move
+    /// ([`Wheel::mark_ready`], checked here under the timer's lock: a shard given up meanwhile
+    /// has forgotten its runs and is left out), the time (database clock, ms) before which every
+    /// run this admin marked `publishing` in it has its delivery recorded or was resolved: the
+    /// earliest mark among the runs it marked and has not settled, and among the transactions
+    /// marking runs now, but no later than `now_ms` (the database clock as this admin reads it)
+    /// less [`MARK_SLACK_MS`]: a transaction announced after this call begins after it.
+    pub fn settled_marks(
+        &self,
+        shards: &[(ShardId, LeaseEpoch)],
+        now_ms: i64,
+    ) -> Vec<(ShardId, LeaseEpoch, i64)> {
         let now_ms = now_ms.saturating_sub(MARK_SLACK_MS);
         let inner = self.lock();
         let writing = inner.writing.values().min().copied().unwrap_or(now_ms);
-        let mut out: HashMap<ShardId, i64> =
-            shards.iter().map(|s| (*s, now_ms.min(writing))).collect();
-        for (shard, floor) in inner.unsettled.values() {
-            if let Some(m) = out.get_mut(shard) {
-                *m = (*m).min(*floor);
+        let mut out: BTreeMap<ShardId, (LeaseEpoch, i64)> = shards
+            .iter()
+            .filter(|(s, e)| inner.mark_ready.get(s) == Some(e))
+            .map(|(s, e)| (*s, (*e, now_ms.min(writing))))
+            .collect();
+        for u in inner.unsettled.values() {
+            if let Some((_, m)) = out.get_mut(&u.shard) {
+                *m = (*m).min(u.floor);
             }
         }
-        shards
-            .iter()
-            .map(|s| out.get(s).copied().unwrap_or(now_ms))
-            .collect()
+        out.into_iter().map(|(s, (e, m))| (s, e, m)).collect()
     }
 
     /// Whether this admin may move the settled mark of `shard`, held at `epoch`.
@@ -252,11 +292,9 @@ impl Wheel {
         inner.acquired.remove(&shard);
     }
 
-    /// This admin acquired `shard` at `epoch` when the database clock read `now_ms`.
-    pub fn acquired(&self, shard: ShardId, epoch: LeaseEpoch, now_ms: i64) {
-        self.lock()
-            .acquired
-            .insert(shard, (epoch, now_ms.saturating_add(MARK_SLACK_MS)));
+    /// This admin acquired `shard` at `epoch` in a transaction whose `now()` was `at_ms`.
+    pub fn acquired(&self, shard: ShardId, epoch: LeaseEpoch, at_ms: i64) {
+        self.lock().acquired.insert(shard, (epoch, at_ms));
     }
 
     /// A time (database clock, ms) after which no earlier holder of `shard` marked a run: when
@@ -380,8 +418,19 @@ mod tests {
         let wheel = Arc::new(Wheel::default());
         let clock = DbClock::with_offset(Duration::zero());
         let (a, b) = (ShardId(0), ShardId(1));
-        let mark = |now: i64| wheel.settled_before_ms(&[a, b], now);
+        let e = LeaseEpoch(3);
+        let mark = |now: i64| -> Vec<i64> {
+            wheel
+                .settled_marks(&[(a, e), (b, e)], now)
+                .into_iter()
+                .map(|(_, _, m)| m)
+                .collect()
+        };
         let now = clock.now().timestamp_millis();
+        // Not ready (runs an earlier holder marked may be left): no mark at all.
+        assert!(mark(now).is_empty());
+        wheel.set_mark_ready(a, e);
+        wheel.set_mark_ready(b, e);
         // Nothing in flight: the clock, less the slack.
         assert_eq!(mark(now), vec![now - MARK_SLACK_MS; 2]);
         // A transaction about to mark runs holds every shard back from its start.
@@ -401,25 +450,57 @@ mod tests {
         assert_eq!(mark(later)[1], later - MARK_SLACK_MS);
         // Its send failed: the timer forgets it, the mark does not.
         wheel.settle([7]);
-        assert_eq!(wheel.unsettled_unknown(), vec![7]);
+        let unknown = wheel.unsettled_unknown();
+        assert_eq!(unknown.iter().map(|r| r.id).collect::<Vec<_>>(), vec![7]);
         assert!(mark(later)[0] < later - MARK_SLACK_MS);
         // Resolved (read back), or recorded: shard 0 moves on.
-        wheel.resolved([7]);
+        wheel.resolved(unknown);
         assert_eq!(mark(later), vec![later - MARK_SLACK_MS; 2]);
         wheel.writing(&clock).marked([(8, b)]);
         assert!(mark(later)[1] < later - MARK_SLACK_MS);
         wheel.recorded([8]);
         assert_eq!(mark(later), vec![later - MARK_SLACK_MS; 2]);
-        // A shard given up forgets its runs and its readiness.
+        // A shard given up forgets its runs and its readiness: no mark is computed for it.
         wheel.writing(&clock).marked([(9, b)]);
-        wheel.set_mark_ready(b, LeaseEpoch(3));
-        assert!(wheel.mark_ready(b, LeaseEpoch(3)));
+        assert!(wheel.mark_ready(b, e));
         assert!(
             !wheel.mark_ready(b, LeaseEpoch(4)),
             "ready at its epoch only"
         );
         wheel.drop_shards(&[b]);
-        assert!(!wheel.mark_ready(b, LeaseEpoch(3)));
+        assert!(!wheel.mark_ready(b, e));
+        assert!(wheel.unsettled_unknown().is_empty());
+        assert_eq!(
+            wheel.settled_marks(&[(a, e), (b, e)], later),
+            vec![(a, e, later - MARK_SLACK_MS)]
+        );
+    }
+
+    #[test]
+    fn a_run_marked_again_after_a_check_is_not_resolved_by_that_check() {
+        let wheel = Arc::new(Wheel::default());
+        let clock = DbClock::with_offset(Duration::zero());
+        let (a, e) = (ShardId(0), LeaseEpoch(1));
+        wheel.set_mark_ready(a, e);
+        wheel.writing(&clock).marked([(7, a)]);
+        let seen = wheel.unsettled_unknown();
+        // The sweep checks run 7 and finds it no longer `publishing`; meanwhile a transaction
+        // marks it again (taken again after its first take's commit seemed to fail).
+        wheel.writing(&clock).marked([(7, a)]);
+        wheel.resolved(seen);
+        assert_eq!(
+            wheel
+                .unsettled_unknown()
+                .iter()
+                .map(|r| r.id)
+                .collect::<Vec<_>>(),
+            vec![7],
+            "still holds its shard's mark back"
+        );
+        let later = clock.now().timestamp_millis() + 60_000;
+        assert!(wheel.settled_marks(&[(a, e)], later)[0].2 < later - MARK_SLACK_MS);
+        // A check made after the second marking resolves it.
+        wheel.resolved(wheel.unsettled_unknown());
         assert!(wheel.unsettled_unknown().is_empty());
     }
 

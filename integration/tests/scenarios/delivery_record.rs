@@ -290,3 +290,73 @@ async fn a_run_the_delivery_record_holds_is_published_to_every_reader() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["status"], "cancelled", "{body}");
 }
+
+/// One row of `deliveries` holding `ids` (consecutive offsets from 0).
+async fn delivery_row(pool: &PgPool, ids: &[i64]) {
+    let n = ids.len() as i64;
+    sqlx::query(
+        "INSERT INTO deliveries (job_type, partition, runs, first_fire, last_fire, last_offset, \
+         run_ids, offsets, fire_times, acked_at) \
+         SELECT $1, 0, int8range(min(x), max(x), '[]'), now(), now(), $3 - 1, $2, \
+                ARRAY(SELECT generate_series(0, $3 - 1)), \
+                array_fill(now(), ARRAY[$3::int]), array_fill(now(), ARRAY[$3::int]) \
+         FROM unnest($2::bigint[]) AS x",
+    )
+    .bind(JOB_TYPE)
+    .bind(ids)
+    .bind(n)
+    .execute(pool)
+    .await
+    .unwrap();
+}
+
+/// `cadenza_delivered_among` finds exactly the recorded runs among ids far apart (an old run
+/// looked up beside recent ones, the case migration 0020 cuts into spans), near the spans' cut
+/// and at the edges of a delivery's range.
+#[tokio::test]
+async fn the_runs_delivered_among_ids_far_apart_are_found() {
+    let cluster = Cluster::start().await.unwrap();
+    let pool = cadenza_admin::db::pool(cluster.database_url(), 2_000).unwrap();
+    cadenza_admin::db::migrate(&pool).await.unwrap();
+    // Recorded: an old round (ids 100..=109), one recent (5,000,000..=5,000,499) and, between
+    // them, a thousand rounds of 100 ids each.
+    delivery_row(&pool, &(100..=109).collect::<Vec<_>>()).await;
+    for round in 0..1_000i64 {
+        let first = 1_000_000 + round * 100;
+        delivery_row(&pool, &(first..first + 100).collect::<Vec<_>>()).await;
+    }
+    delivery_row(&pool, &(5_000_000..5_000_500).collect::<Vec<_>>()).await;
+    let among = |ids: Vec<i64>| {
+        let pool = pool.clone();
+        async move {
+            let mut found: Vec<i64> =
+                sqlx::query_scalar("SELECT cadenza_delivered_among($1::bigint[])")
+                    .bind(&ids)
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            found.sort_unstable();
+            found
+        }
+    };
+    // Old and recent together, with ids recorded nowhere beside them (99, 110, 4,999,999,
+    // 5,000,500) and one 4,096 ids past the old round (a span of its own).
+    assert_eq!(
+        among(vec![
+            99, 100, 109, 110, 4_205, 4_999_999, 5_000_000, 5_000_250, 5_000_499, 5_000_500
+        ])
+        .await,
+        vec![100, 109, 5_000_000, 5_000_250, 5_000_499]
+    );
+    // Ids of the rounds between, sparse and dense, repeated.
+    let ids: Vec<i64> = (1_000_000..1_100_000)
+        .step_by(997)
+        .chain([1_050_000; 3])
+        .collect();
+    let mut expected = ids.clone();
+    expected.sort_unstable();
+    expected.dedup();
+    assert_eq!(among(ids).await, expected);
+    assert!(among(vec![]).await.is_empty());
+    assert!(among(vec![7, 8_000_000]).await.is_empty());
+}
