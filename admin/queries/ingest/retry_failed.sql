@@ -2,7 +2,8 @@
 -- a new run of kind `retry` linked to the failed one (parent_id), for the same broadcast shard,
 -- due after the job's backoff (database clock). Announced to the shard's holder with NOTIFY.
 -- A failed run is retried once (unique index triggers_one_retry). A retry of a workflow node's run
--- belongs to the same workflow run and node, with the same upstream.
+-- belongs to the same workflow run and node, with the same upstream. The jobs are locked FOR KEY
+-- SHARE: a job being deleted waits, or is gone and its runs get no retry (migration 0021).
 WITH f AS (
     SELECT t.id, t.job_id, t.job_type, t.shard, t.params, t.block, t.timeout_ms, t.route,
            t.shard_index, t.shard_total, t.fire_group, t.retry_no, t.workflow_run_id,
@@ -16,6 +17,7 @@ WITH f AS (
     WHERE t.id = ANY($1::bigint[])
       AND t.status IN ('failed', 'timed_out', 'lost')
       AND t.retry_no < j.retries
+    FOR KEY SHARE OF j
 ),
 ins AS (
     INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,

@@ -1,7 +1,8 @@
 -- Records a replay request ($1 job type, $2 request, $3 number of runs) and inserts its runs:
 -- one run of kind `replay` per trigger read back, linked to the original ($4) and the request,
 -- with the original's params, block strategy, timeout and broadcast shard; due now. Triggers of
--- jobs deleted since are skipped. Each run is announced to its shard's holder with NOTIFY.
+-- jobs deleted since are skipped (the jobs are locked FOR KEY SHARE: a job
+-- being deleted waits, migration 0021). Each run is announced to its shard's holder with NOTIFY.
 WITH rp AS (
     INSERT INTO replays (job_type, request, runs) VALUES ($1, $2, $3) RETURNING id
 ),
@@ -10,13 +11,18 @@ r AS (
     FROM UNNEST($4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::bigint[], $9::int[], $10::int[])
          WITH ORDINALITY AS r (parent_id, job_id, params, block, timeout_ms, shard_index, shard_total, n)
 ),
+j AS (
+    SELECT id, job_type, shard, route FROM jobs
+    WHERE id IN (SELECT job_id FROM r)
+    FOR KEY SHARE
+),
 t AS (
     INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
                           route, shard_index, shard_total, parent_id, replay_id)
     SELECT j.id, j.job_type, j.shard, 'replay', 'scheduled', now(), r.params, r.block, r.timeout_ms,
            j.route, r.shard_index, r.shard_total, r.parent_id, rp.id
     FROM r
-    JOIN jobs j ON j.id = r.job_id
+    JOIN j ON j.id = r.job_id
     CROSS JOIN rp
     ORDER BY r.n
     RETURNING id, parent_id, shard

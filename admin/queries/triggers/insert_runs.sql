@@ -2,6 +2,8 @@
 -- per shard: $6 runs (shard 0..n-1 of n) for a `sharding_broadcast` job, which share a new
 -- fire_group. The job's params unless $4 gives others. Each run is announced to its shard's
 -- holder with NOTIFY; a child run that exists already (same parent, job and shard) is skipped.
+-- The jobs are locked FOR KEY SHARE: a job being deleted waits, or is gone and gets no run
+-- (migration 0021).
 WITH r AS (
     SELECT *
     FROM UNNEST($1::bigint[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::int[],
@@ -13,6 +15,11 @@ g AS (
     SELECT n, CASE WHEN shard_total > 1 THEN nextval('triggers_fire_group_seq') END AS fire_group
     FROM r
 ),
+j AS (
+    SELECT id, job_type, shard, params, block, timeout_ms, route FROM jobs
+    WHERE id IN (SELECT job_id FROM r)
+    FOR KEY SHARE
+),
 t AS (
     INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
                           route, requested_worker, shard_index, shard_total, parent_id, fire_group)
@@ -21,7 +28,7 @@ t AS (
            r.shard_total, r.parent_id, g.fire_group
     FROM r
     JOIN g USING (n)
-    JOIN jobs j ON j.id = r.job_id
+    JOIN j ON j.id = r.job_id
     CROSS JOIN LATERAL generate_series(0, r.shard_total - 1) AS s (i)
     ORDER BY r.n, s.i
     ON CONFLICT DO NOTHING

@@ -2,11 +2,16 @@
 -- node's params ($3) or else its job's, and the outputs of its parents ($5, JSON text). Due at
 -- $6 (the workflow's fire time for its first nodes) or now. Each run is announced to its shard's
 -- holder with NOTIFY. A node whose job no longer exists gets no run (it is missing from the
--- result).
+-- result); the jobs are locked FOR KEY SHARE, so a job being deleted waits (migration 0021).
 WITH r AS (
     SELECT *
     FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[])
          WITH ORDINALITY AS r (job_id, params, node, upstream, n)
+),
+j AS (
+    SELECT id, job_type, shard, params, block, timeout_ms, route FROM jobs
+    WHERE id IN (SELECT job_id FROM r)
+    FOR KEY SHARE
 ),
 t AS (
     INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
@@ -15,7 +20,7 @@ t AS (
            COALESCE(r.params, j.params), j.block, j.timeout_ms, j.route, $1, r.node,
            r.upstream::jsonb
     FROM r
-    JOIN jobs j ON j.id = r.job_id
+    JOIN j ON j.id = r.job_id
     ORDER BY r.n
     RETURNING id, workflow_node, shard
 )

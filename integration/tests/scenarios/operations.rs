@@ -222,11 +222,18 @@ async fn children_fire_once_on_success_and_not_on_failure() {
         json!([]),
         "a refused change changes nothing"
     );
-    // A deleted job is no longer anyone's child.
+    // A deleted job is no longer anyone's child, and its runs go with it.
+    let c2_run = all_runs(api, c2).await[0]["id"].as_i64().unwrap();
     let (status, _) = api.delete(&format!("/api/jobs/{c2}")).await.unwrap();
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (_, job) = api.get_json(&format!("/api/jobs/{parent}")).await.unwrap();
     assert_eq!(job["children"], json!([c1]));
+    assert!(all_runs(api, c2).await.is_empty());
+    let (status, body) = api
+        .get_json(&format!("/api/triggers/{c2_run}"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 
     // Two updates that each close half of a cycle, sent at once: never both accepted.
     let x = api.create_job(&none("x", "ops.ok")).await.unwrap();
@@ -1349,4 +1356,53 @@ async fn a_change_keeps_what_an_admin_with_a_longer_publish_ahead_took() {
         sent.values().any(|s| s[0].1 == "1"),
         "the change never took effect: {sent:?}"
     );
+}
+
+/// A job deleted while the scheduler writes its runs ahead, sends them and its worker reports
+/// them leaves no run behind: each write of a run either came before the delete, which took the
+/// run with the job, or finds the job gone (runs are not checked by a foreign key, migration
+/// 0021, but by the locks of the statements that write them).
+#[tokio::test]
+async fn a_job_deleted_while_it_fires_leaves_no_run() {
+    let (cluster, admin, _w) = start(&[], "ops.ok=noop", "ops").await;
+    let api = &admin.api();
+    let pool = cluster.pool().await.unwrap();
+    let mut jobs = Vec::new();
+    for n in 0..5 {
+        jobs.push(
+            api.create_job(&json!({"name": format!("busy-{n}"), "job_type": "ops.ok",
+                "schedule": {"kind": "fix_rate", "every_ms": 50}}))
+                .await
+                .unwrap(),
+        );
+    }
+    for job in &jobs {
+        let job = *job;
+        wait_for(
+            WAIT,
+            &format!("5 runs of job {job} succeeded"),
+            || async move {
+                let r = all_runs(api, job).await;
+                let n = r.iter().filter(|x| x["status"] == "succeeded").count();
+                Ok((n >= 5).then_some(()))
+            },
+        )
+        .await
+        .unwrap();
+    }
+    for job in &jobs {
+        let (status, body) = api.delete(&format!("/api/jobs/{job}")).await.unwrap();
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    }
+    // Runs written ahead, sent, started and finished meanwhile have all settled by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM triggers WHERE job_id = ANY($1)")
+        .bind(&jobs)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "runs of deleted jobs left behind");
+    for job in &jobs {
+        assert!(all_runs(api, *job).await.is_empty());
+    }
 }
