@@ -74,3 +74,13 @@ pub use runs::json_time;
 pub use smtp::{Mail, SmtpSink};
 pub use util::{free_port, random_hex, wait_for_port};
 pub use wait::{wait_for, wait_until};
+
+/// The integration crate's directory, where its test files live: as the test runner says when
+/// it runs the test (`CARGO_MANIFEST_DIR`), else where it was compiled. A test binary reused
+/// from a build in another checkout of the project (one shared build directory) would otherwise
+/// read that checkout's files.
+pub fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}

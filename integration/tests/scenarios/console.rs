@@ -126,7 +126,7 @@ async fn the_console_works_in_a_real_browser() {
     let shots = std::env::var_os("CADENZA_CONSOLE_SHOTS")
         .map_or_else(|| cluster.dir().join("shots"), PathBuf::from);
     std::fs::create_dir_all(&shots).unwrap();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("console/e2e.mjs");
+    let script = cadenza_integration::manifest_dir().join("console/e2e.mjs");
     let mut cmd = tokio::process::Command::new("node");
     cmd.arg(&script)
         .env("CADENZA_URL", admin.base_url())

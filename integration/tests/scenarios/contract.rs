@@ -50,10 +50,9 @@ async fn the_api_keeps_its_openapi_contract_under_schemathesis() {
         "application/json"
     );
     let served = served.text().await.unwrap();
-    let committed = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json"),
-    )
-    .unwrap();
+    let committed =
+        std::fs::read_to_string(cadenza_integration::manifest_dir().join("../docs/openapi.json"))
+            .unwrap();
     assert!(
         served == committed,
         "the admin serves another document than docs/openapi.json"
@@ -62,7 +61,7 @@ async fn the_api_keeps_its_openapi_contract_under_schemathesis() {
     let examples = env_or("CADENZA_FUZZ_EXAMPLES", 20);
     let seed = env_or("CADENZA_FUZZ_SEED", 1);
     let reports = cluster.dir().join("schemathesis");
-    let config = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemathesis.toml");
+    let config = cadenza_integration::manifest_dir().join("schemathesis.toml");
     let mut cmd = tokio::process::Command::new(&st);
     cmd.arg("--config-file")
         .arg(&config)

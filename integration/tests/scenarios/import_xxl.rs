@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    cadenza_integration::manifest_dir()
         .join("tests/fixtures/xxl")
         .join(name)
 }

@@ -32,7 +32,7 @@ fn parse(text: &str) -> Samples {
         "{} is missing: run scripts/install-deps",
         python.display()
     );
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("metrics/parse.py");
+    let script = cadenza_integration::manifest_dir().join("metrics/parse.py");
     let mut child = Command::new(python)
         .arg(script)
         .stdin(Stdio::piped())
@@ -439,7 +439,7 @@ async fn admin_metrics_parse_and_match_what_happened() {
     // The Grafana dashboard and the alert rules read only series that exist.
     let seen: std::collections::BTreeSet<&str> =
         s.keys().chain(w.keys()).map(|(n, _)| n.as_str()).collect();
-    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let deploy = cadenza_integration::manifest_dir().join("../deploy");
     let dashboard = std::fs::read_to_string(deploy.join("grafana/cadenza.json")).unwrap();
     let dashboard: Value = serde_json::from_str(&dashboard).unwrap();
     let mut exprs: Vec<String> = Vec::new();

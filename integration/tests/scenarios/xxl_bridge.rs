@@ -35,7 +35,8 @@ fn start_executor(cluster: &Cluster, name: &str, bridge: &str, app: &str) -> (Pr
     let port = free_port().unwrap();
     let logs = cluster.dir().join(name);
     std::fs::create_dir_all(&logs).unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xxl/executor.py");
+    let script = cadenza_integration::manifest_dir().join("tests/xxl/executor.py");
+    let script = script.to_str().expect("the checkout path is UTF-8");
     let proc = cluster
         .spawn_process(
             name,

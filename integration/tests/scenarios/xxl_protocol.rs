@@ -68,7 +68,8 @@ async fn pyxxl_executor_speaks_with_cadenza() {
     let python = pyxxl_python();
     let logs = cluster.dir().join("pyxxl");
     std::fs::create_dir_all(&logs).unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/xxl/executor.py");
+    let script = cadenza_integration::manifest_dir().join("tests/xxl/executor.py");
+    let script = script.to_str().expect("the checkout path is UTF-8");
 
     // The executor registers itself (its admin address: ours, under the usual context path).
     let port = free_port().unwrap();
