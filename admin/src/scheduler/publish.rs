@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::{self, Term};
 use super::{SchedulerContext, SchedulerError};
 use crate::guard;
-use crate::ids::ShardId;
+use crate::ids::{LeaseEpoch, ShardId};
 use crate::metrics::{metrics, JobTypeLabel};
 use crate::route::{Route, RouteInput};
 use crate::trigger::PendingTrigger;
@@ -333,12 +333,14 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     // transaction begins.
     let writing = ctx.wheel.writing(&ctx.clock);
     let mut tx = ctx.pool.begin().await?;
-    let valid: HashSet<ShardId> = lease::confirm(&mut tx, &ctx.admin_id, &terms)
+    // By shard and epoch: a batch may hold two terms of a shard lost and taken back while it
+    // was routed; a run routed under the earlier one is not marked under the current one.
+    let valid: HashSet<(ShardId, LeaseEpoch)> = lease::confirm(&mut tx, &ctx.admin_id, &terms)
         .await?
         .into_iter()
-        .map(|t| t.shard)
+        .map(|t| (t.shard, t.epoch))
         .collect();
-    routed.retain(|r| valid.contains(&r.trigger.shard));
+    routed.retain(|r| valid.contains(&(r.trigger.shard, r.term.epoch)));
     let (pre, fresh): (Vec<&Routed>, Vec<&Routed>) =
         routed.iter().partition(|r| r.trigger.claim.is_some());
     let mut keep: HashSet<i64> = HashSet::with_capacity(routed.len());
@@ -644,17 +646,6 @@ async fn produce(
         if wait_us > 0 {
             tokio::time::sleep(std::time::Duration::from_micros(wait_us.unsigned_abs())).await;
         }
-        // Only while this admin still holds the shard at the epoch the run was marked under,
-        // and trusts that lease by its own clock: a shard handed back or lost (and perhaps
-        // taken again at a new epoch) while the run waited for its fire time is left to the
-        // read-back of its holder.
-        let held = ctx.leases.term(t.shard).is_some_and(|now| {
-            now.epoch == term.epoch && std::time::Instant::now() < now.trusted_until
-        });
-        if !held {
-            unsent += 1;
-            continue;
-        }
         let now = ctx.clock.now();
         let payload = serde_json::to_vec(&message(t, route, now))?;
         let key = t.job_id.0.to_string();
@@ -665,6 +656,17 @@ async fn produce(
             .key(&key)
             .payload(&payload)
             .headers(headers(&span));
+        // Only while this admin still holds the shard at the epoch the run was marked under,
+        // and trusts that lease by its own clock: a shard handed back or lost (and perhaps
+        // taken again at a new epoch) while the run waited for its fire time is left to the
+        // read-back of its holder. Checked last, right before the record is handed over.
+        let held = ctx.leases.term(t.shard).is_some_and(|now| {
+            now.epoch == term.epoch && std::time::Instant::now() < now.trusted_until
+        });
+        if !held {
+            unsent += 1;
+            continue;
+        }
         match producer.send_result(record) {
             Ok(delivery) => {
                 // The receiver (`record`) lives as long as this batch.

@@ -182,7 +182,19 @@ pub async fn resolve_publishing(
     shards: &[ShardId],
     which: ReadBack,
 ) -> Result<Resolved, SchedulerError> {
-    let _one_at_a_time = ctx.read_back.lock().await;
+    // A sweep does not wait behind another read-back (a takeover's may read many partitions,
+    // each for up to READ_BACK_TIMEOUT): it leaves its runs to the next sweep and goes on with
+    // its other work.
+    let _one_at_a_time = match which {
+        ReadBack::AfterTakeover => ctx.read_back.lock().await,
+        ReadBack::Settled => match ctx.read_back.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => {
+                tracing::debug!("a read-back is running; this sweep leaves its runs to the next");
+                return Ok(Resolved::default());
+            }
+        },
+    };
     let terms: Vec<_> = shards.iter().filter_map(|s| ctx.leases.term(*s)).collect();
     let Some(first) = terms.first().map(|t| t.shard) else {
         return Ok(Resolved::default());
@@ -457,11 +469,9 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
     }
     let shard_ids = ShardId::to_db_all(&held);
     apply_misfires(ctx, &shard_ids).await?;
-    // A send settles within the producer's timeout, shorter than the margin.
-    resolve_publishing(ctx, &held, ReadBack::Settled).await?;
-    settle_marks(ctx, &held).await?;
-    // Only overdue runs of a schedule: the scan hands fresh ones to the timer itself, and runs
-    // put back to `scheduled` are loaded where they are put back (read-back, takeover).
+    // Runs waiting first, so that a slow read-back (below) holds none of them back. Only
+    // overdue runs of a schedule: the scan hands fresh ones to the timer itself, and runs put
+    // back to `scheduled` are loaded where they are put back (read-back, takeover).
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/overdue_scheduled"))
         .bind(&shard_ids)
         .fetch_all(&ctx.pool)
@@ -474,6 +484,9 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
         .fetch_all(&ctx.pool)
         .await?;
     ctx.wheel.insert(rows_to_pending(rows));
+    // A send settles within the producer's timeout, shorter than the margin.
+    resolve_publishing(ctx, &held, ReadBack::Settled).await?;
+    settle_marks(ctx, &held).await?;
     Ok(())
 }
 

@@ -298,12 +298,18 @@ impl Wheel {
     }
 
     /// A time (database clock, ms) after which no earlier holder of `shard` marked a run: when
-    /// this admin acquired it at `epoch`, or `now_ms` if it does not know.
+    /// this admin acquired it at `epoch`, or `now_ms` if it does not know, plus
+    /// [`MARK_SLACK_MS`]. The acquiring transaction's `now()` is kept to the millisecond (rounded
+    /// down), and `now_ms` is this admin's reading of the database clock, up to a round trip
+    /// behind: a run an earlier holder marked in the same millisecond, or a moment before the
+    /// reading, would fall after an exact bound. A later bound only widens the searches for
+    /// earlier holders' runs, which tell them apart by their epoch.
     pub fn earlier_holders_until_ms(&self, shard: ShardId, epoch: LeaseEpoch, now_ms: i64) -> i64 {
-        match self.lock().acquired.get(&shard) {
+        let at = match self.lock().acquired.get(&shard) {
             Some((e, at)) if *e == epoch => *at,
             _ => now_ms,
-        }
+        };
+        at.saturating_add(MARK_SLACK_MS)
     }
 
     /// Marks triggers handed out by [`Wheel::next_due`] as settled (published, or given back to
@@ -411,6 +417,26 @@ mod tests {
             workflow: None,
             claim: None,
         }
+    }
+
+    #[test]
+    fn earlier_holders_are_searched_past_the_millisecond_of_the_takeover() {
+        let wheel = Wheel::default();
+        let (s, e) = (ShardId(4), LeaseEpoch(7));
+        // Acquired at 10,000.9 ms, kept as 10,000: a run marked at 10,000.5 ms by the earlier
+        // holder falls inside the bound.
+        wheel.acquired(s, e, 10_000);
+        assert!(wheel.earlier_holders_until_ms(s, e, 50_000) > 10_000);
+        assert_eq!(
+            wheel.earlier_holders_until_ms(s, e, 50_000),
+            10_000 + MARK_SLACK_MS
+        );
+        // Another epoch (or nothing known): from this admin's reading of the clock, which may
+        // be behind the database's.
+        assert_eq!(
+            wheel.earlier_holders_until_ms(s, LeaseEpoch(8), 50_000),
+            50_000 + MARK_SLACK_MS
+        );
     }
 
     #[test]

@@ -423,7 +423,7 @@ async fn disable_all(api: &ApiClient, jobs: &[JobPlan]) {
 
 /// Waits until nothing is scheduled or being published any more.
 async fn wait_quiet(pool: &PgPool) {
-    wait_for(
+    let waited = wait_for(
         Duration::from_secs(60),
         "no run left scheduled or publishing",
         || async move {
@@ -436,8 +436,36 @@ async fn wait_quiet(pool: &PgPool) {
             Ok((n == 0).then_some(()))
         },
     )
-    .await
-    .unwrap();
+    .await;
+    if let Err(e) = waited {
+        panic!("{e:#}\n{}", describe_pending(pool).await);
+    }
+}
+
+/// The runs still scheduled or publishing, with their shards' leases, for the failure message
+/// of [`wait_quiet`].
+async fn describe_pending(pool: &PgPool) -> String {
+    let runs: Result<Vec<String>, _> = sqlx::query_scalar(
+        "SELECT format('run %s job %s %s %s shard %s partition %s epoch %s fires %s marked %s', \
+                       t.id, t.job_id, t.kind, t.status, t.shard, t.partition, t.lease_epoch, \
+                       t.fire_time, t.updated_at) \
+         FROM triggers t \
+         WHERE cadenza_run_status(t.status, t.id) IN ('scheduled', 'publishing') \
+         ORDER BY t.id LIMIT 20",
+    )
+    .fetch_all(pool)
+    .await;
+    let leases: Result<Vec<String>, _> = sqlx::query_scalar(
+        "SELECT format('shard %s held by %s at epoch %s, live %s, settled before %s', \
+                       l.shard, l.holder, l.epoch, l.expires_at > now(), l.settled_before) \
+         FROM scheduler_lease l \
+         WHERE l.shard IN (SELECT DISTINCT shard FROM triggers \
+                           WHERE cadenza_run_status(status, id) IN ('scheduled', 'publishing')) \
+         ORDER BY l.shard",
+    )
+    .fetch_all(pool)
+    .await;
+    format!("runs left: {runs:#?}\ntheir shards: {leases:#?}")
 }
 
 #[tokio::test]
