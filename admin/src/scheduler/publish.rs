@@ -957,6 +957,88 @@ impl Drop for Unrecorded {
     }
 }
 
+/// The rows of the delivery record for a recorder round, as `publish/record_deliveries` takes
+/// them: one per job type and partition, with the runs of each in offset order in flat arrays
+/// (`start`..=`end`, 1-based).
+#[derive(Debug, Default, PartialEq)]
+struct DeliveryRows {
+    job_types: Vec<String>,
+    partitions: Vec<i32>,
+    lowest_id: Vec<i64>,
+    highest_id: Vec<i64>,
+    first_fire: Vec<DateTime<Utc>>,
+    last_fire: Vec<DateTime<Utc>>,
+    last_offset: Vec<i64>,
+    start: Vec<i32>,
+    end: Vec<i32>,
+    ids: Vec<i64>,
+    offsets: Vec<i64>,
+    fire_times: Vec<DateTime<Utc>>,
+    acked_at: Vec<DateTime<Utc>>,
+}
+
+impl DeliveryRows {
+    /// Groups `deliveries` by job type and partition, each group in offset order. Fewer than
+    /// `i32::MAX` runs (a round holds at most [`MAX_RECORD`] and one batch more).
+    fn group(deliveries: Vec<Delivered>) -> Self {
+        let mut all = Delivered::default();
+        for d in deliveries {
+            all.ids.extend(d.ids);
+            all.job_types.extend(d.job_types);
+            all.partitions.extend(d.partitions);
+            all.offsets.extend(d.offsets);
+            all.fire_times.extend(d.fire_times);
+            all.acked_at.extend(d.acked_at);
+        }
+        let n = all
+            .ids
+            .len()
+            .min(all.job_types.len())
+            .min(all.partitions.len())
+            .min(all.offsets.len())
+            .min(all.fire_times.len())
+            .min(all.acked_at.len());
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by(|&a, &b| {
+            (&all.job_types[a], all.partitions[a], all.offsets[a]).cmp(&(
+                &all.job_types[b],
+                all.partitions[b],
+                all.offsets[b],
+            ))
+        });
+        let mut rows = DeliveryRows::default();
+        for (k, &i) in order.iter().enumerate() {
+            let position = i32::try_from(k + 1).unwrap_or(i32::MAX);
+            let same_group = rows.job_types.last() == Some(&all.job_types[i])
+                && rows.partitions.last() == Some(&all.partitions[i]);
+            if same_group {
+                let g = rows.job_types.len() - 1;
+                rows.lowest_id[g] = rows.lowest_id[g].min(all.ids[i]);
+                rows.highest_id[g] = rows.highest_id[g].max(all.ids[i]);
+                rows.first_fire[g] = rows.first_fire[g].min(all.fire_times[i]);
+                rows.last_fire[g] = rows.last_fire[g].max(all.fire_times[i]);
+                rows.last_offset[g] = all.offsets[i];
+                rows.end[g] = position;
+            } else {
+                rows.job_types.push(all.job_types[i].clone());
+                rows.partitions.push(all.partitions[i]);
+                rows.lowest_id.push(all.ids[i]);
+                rows.highest_id.push(all.ids[i]);
+                rows.first_fire.push(all.fire_times[i]);
+                rows.last_fire.push(all.fire_times[i]);
+                rows.last_offset.push(all.offsets[i]);
+                rows.start.push(position);
+                rows.end.push(position);
+            }
+            rows.ids.push(all.ids[i]);
+            rows.offsets.push(all.offsets[i]);
+            rows.fire_times.push(all.fire_times[i]);
+            rows.acked_at.push(all.acked_at[i]);
+        }
+        rows
+    }
+}
+
 /// Records `deliveries` in the delivery record, one row per job type and partition. The runs'
 /// own rows stay as they are: a run left `publishing` that the record holds was published (see
 /// migration 0019); one a worker started meanwhile was written by its `started` event.
@@ -964,25 +1046,24 @@ async fn write_deliveries(
     ctx: &SchedulerContext,
     deliveries: Vec<Delivered>,
 ) -> Result<(), sqlx::Error> {
-    let mut all = Delivered::default();
-    for d in deliveries {
-        all.ids.extend(d.ids);
-        all.job_types.extend(d.job_types);
-        all.partitions.extend(d.partitions);
-        all.offsets.extend(d.offsets);
-        all.fire_times.extend(d.fire_times);
-        all.acked_at.extend(d.acked_at);
-    }
-    if all.ids.is_empty() {
+    let rows = DeliveryRows::group(deliveries);
+    if rows.ids.is_empty() {
         return Ok(());
     }
     sqlx::query(sql!("publish/record_deliveries"))
-        .bind(&all.ids)
-        .bind(&all.job_types)
-        .bind(&all.partitions)
-        .bind(&all.offsets)
-        .bind(&all.fire_times)
-        .bind(&all.acked_at)
+        .bind(&rows.job_types)
+        .bind(&rows.partitions)
+        .bind(&rows.lowest_id)
+        .bind(&rows.highest_id)
+        .bind(&rows.first_fire)
+        .bind(&rows.last_fire)
+        .bind(&rows.last_offset)
+        .bind(&rows.start)
+        .bind(&rows.end)
+        .bind(&rows.ids)
+        .bind(&rows.offsets)
+        .bind(&rows.fire_times)
+        .bind(&rows.acked_at)
         .execute(&ctx.pool)
         .await?;
     Ok(())
@@ -991,6 +1072,46 @@ async fn write_deliveries(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deliveries_are_grouped_by_type_and_partition_in_offset_order() {
+        let t = |s: i64| DateTime::from_timestamp(1_700_000_000 + s, 0).unwrap();
+        let delivered = |rows: &[(i64, &str, i32, i64, i64)]| Delivered {
+            due: None,
+            ids: rows.iter().map(|r| r.0).collect(),
+            job_types: rows.iter().map(|r| r.1.to_owned()).collect(),
+            partitions: rows.iter().map(|r| r.2).collect(),
+            offsets: rows.iter().map(|r| r.3).collect(),
+            fire_times: rows.iter().map(|r| t(r.4)).collect(),
+            acked_at: rows.iter().map(|r| t(r.4 + 1)).collect(),
+        };
+        // Two batches, acknowledged out of offset order, over two types and partitions.
+        let rows = DeliveryRows::group(vec![
+            delivered(&[(10, "b", 0, 7, 3), (11, "a", 1, 4, 1), (12, "a", 0, 9, 2)]),
+            delivered(&[(13, "a", 1, 2, 5), (9, "a", 1, 5, 0)]),
+        ]);
+        assert_eq!(rows.job_types, ["a", "a", "b"]);
+        assert_eq!(rows.partitions, [0, 1, 0]);
+        assert_eq!(rows.ids, [12, 13, 11, 9, 10], "each group in offset order");
+        assert_eq!(rows.offsets, [9, 2, 4, 5, 7]);
+        assert_eq!(
+            (rows.start.clone(), rows.end.clone()),
+            (vec![1, 2, 5], vec![1, 4, 5])
+        );
+        assert_eq!(
+            (rows.lowest_id.clone(), rows.highest_id.clone()),
+            (vec![12, 9, 10], vec![12, 13, 10])
+        );
+        assert_eq!(rows.first_fire, [t(2), t(0), t(3)]);
+        assert_eq!(rows.last_fire, [t(2), t(5), t(3)]);
+        assert_eq!(rows.last_offset, [9, 5, 7]);
+        assert_eq!(
+            rows.acked_at[1],
+            t(6),
+            "acknowledgement times travel with their runs"
+        );
+        assert_eq!(DeliveryRows::group(Vec::new()), DeliveryRows::default());
+    }
     use crate::ids::LeaseEpoch;
     use crate::trigger::PreClaim;
     use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
