@@ -391,8 +391,9 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
     // strategy applies here, as the sweep applies it to `scheduled` runs.
     let db_now = checks.first().map(|c| c.db_now);
     let mut caught_up = Vec::new();
+    let mut misfired = Vec::new();
     if let Some(db_now) = db_now {
-        (ended, caught_up) =
+        (ended, caught_up, misfired) =
             misfire_late(&mut tx, routed, &checks, &ctx.catch_ups, db_now, &mut keep).await?;
     }
     match tx.commit().await {
@@ -408,6 +409,10 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
                     })
                     .map(|r| (r.trigger.id.0, r.trigger.shard)),
             );
+            // The runs it recorded `misfired` (compare-and-set on the epoch they were taken
+            // under) are no longer `publishing`: they hold no mark back, and the sweep need not
+            // look them up (past the ceiling, hundreds of thousands a sweep).
+            ctx.wheel.ended(&misfired);
             // Runs not kept that this admin marked before (an earlier take whose commit seemed
             // to fail) stay tracked: the sweep finds out whether that take committed.
         }
@@ -431,9 +436,9 @@ async fn ledger(ctx: &SchedulerContext, batch: &mut RoutedBatch) -> Result<(), S
 /// job's misfire threshold, as its strategy says ([`late_runs`], `publish/misfire_taken`), and
 /// removes from `keep` every late run not to be sent: misfired now, or no longer `publishing`
 /// under the epoch it was taken at (recorded so by an earlier take whose commit reported an
-/// error). Returns the runs ended, to count once committed, and the late `fire_once_now` runs
+/// error). Returns the runs ended, to count once committed, the late `fire_once_now` runs
 /// to be sent (their catch-ups: run, job, broadcast shard; to note in [`CatchUps`] once
-/// committed).
+/// committed), and the ids of the runs recorded `misfired`.
 async fn misfire_late(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     routed: &[Routed],
@@ -441,7 +446,7 @@ async fn misfire_late(
     catch_ups: &CatchUps,
     db_now: DateTime<Utc>,
     keep: &mut HashSet<i64>,
-) -> Result<(crate::outcome::Ended, Vec<(i64, i64, u32)>), SchedulerError> {
+) -> Result<(crate::outcome::Ended, Vec<(i64, i64, u32)>, Vec<i64>), SchedulerError> {
     let rules: HashMap<i64, &JobCheck> = checks.iter().map(|c| (c.id, c)).collect();
     let taken: Vec<&Routed> = routed
         .iter()
@@ -496,7 +501,7 @@ async fn misfire_late(
         );
     }
     let ended = crate::outcome::after_misfire(tx, &misfired).await?;
-    Ok((ended, caught_up))
+    Ok((ended, caught_up, misfired))
 }
 
 /// How many jobs' catch-ups [`CatchUps`] keeps before it forgets those older than

@@ -220,6 +220,20 @@ impl Wheel {
         }
     }
 
+    /// `ids` ended in a transaction of this admin that took them for sending (recorded
+    /// `misfired`) and committed: they no longer hold their shard's settled mark back. The
+    /// timer handed them out and has not settled them, so no read-back or other take of this
+    /// admin marked them again meanwhile.
+    pub fn ended(&self, ids: &[i64]) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        for id in ids {
+            inner.unsettled.remove(id);
+        }
+    }
+
     /// `runs` were found no longer `publishing` undelivered (resolved by a read-back, started,
     /// ended, dropped) after [`Wheel::unsettled_unknown`] returned them: they no longer hold
     /// their shard's settled mark back, unless marked again since.
@@ -486,6 +500,13 @@ mod tests {
         assert!(mark(later)[1] < later - MARK_SLACK_MS);
         wheel.recorded([8]);
         assert_eq!(mark(later), vec![later - MARK_SLACK_MS; 2]);
+        // Taken too late and recorded `misfired`: it holds nothing back, and the sweep has
+        // nothing to look up.
+        wheel.writing(&clock).marked([(10, b)]);
+        assert!(mark(later)[1] < later - MARK_SLACK_MS);
+        wheel.ended(&[10]);
+        assert_eq!(mark(later), vec![later - MARK_SLACK_MS; 2]);
+        assert!(wheel.unsettled_unknown().is_empty());
         // A shard given up forgets its runs and its readiness: no mark is computed for it.
         wheel.writing(&clock).marked([(9, b)]);
         assert!(wheel.mark_ready(b, e));
