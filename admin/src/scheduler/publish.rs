@@ -982,63 +982,57 @@ struct DeliveryRows {
     acked_at: Vec<DateTime<Utc>>,
 }
 
+/// One delivered run as [`DeliveryRows::group`] sorts them: job type, partition, offset, id,
+/// fire time, acknowledgement time.
+type DeliveredRun = (String, i32, i64, i64, DateTime<Utc>, DateTime<Utc>);
+
 impl DeliveryRows {
     /// Groups `deliveries` by job type and partition, each group in offset order. Fewer than
     /// `i32::MAX` runs (a round holds at most [`MAX_RECORD`] and one batch more).
     fn group(deliveries: Vec<Delivered>) -> Self {
-        let mut all = Delivered::default();
+        // Sorted by job type, partition and offset.
+        let mut runs: Vec<DeliveredRun> = Vec::new();
         for d in deliveries {
-            all.ids.extend(d.ids);
-            all.job_types.extend(d.job_types);
-            all.partitions.extend(d.partitions);
-            all.offsets.extend(d.offsets);
-            all.fire_times.extend(d.fire_times);
-            all.acked_at.extend(d.acked_at);
+            runs.extend(
+                d.job_types
+                    .into_iter()
+                    .zip(d.partitions)
+                    .zip(d.offsets)
+                    .zip(d.ids)
+                    .zip(d.fire_times)
+                    .zip(d.acked_at)
+                    .map(|(((((jt, p), o), id), f), a)| (jt, p, o, id, f, a)),
+            );
         }
-        let n = all
-            .ids
-            .len()
-            .min(all.job_types.len())
-            .min(all.partitions.len())
-            .min(all.offsets.len())
-            .min(all.fire_times.len())
-            .min(all.acked_at.len());
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_unstable_by(|&a, &b| {
-            (&all.job_types[a], all.partitions[a], all.offsets[a]).cmp(&(
-                &all.job_types[b],
-                all.partitions[b],
-                all.offsets[b],
-            ))
-        });
+        runs.sort_unstable_by(|a, b| (&a.0, a.1, a.2).cmp(&(&b.0, b.1, b.2)));
         let mut rows = DeliveryRows::default();
-        for (k, &i) in order.iter().enumerate() {
+        for (k, (job_type, partition, offset, id, fire, acked)) in runs.into_iter().enumerate() {
             let position = i32::try_from(k + 1).unwrap_or(i32::MAX);
-            let same_group = rows.job_types.last() == Some(&all.job_types[i])
-                && rows.partitions.last() == Some(&all.partitions[i]);
+            let same_group = rows.job_types.last() == Some(&job_type)
+                && rows.partitions.last() == Some(&partition);
             if same_group {
                 let g = rows.job_types.len() - 1;
-                rows.lowest_id[g] = rows.lowest_id[g].min(all.ids[i]);
-                rows.highest_id[g] = rows.highest_id[g].max(all.ids[i]);
-                rows.first_fire[g] = rows.first_fire[g].min(all.fire_times[i]);
-                rows.last_fire[g] = rows.last_fire[g].max(all.fire_times[i]);
-                rows.last_offset[g] = all.offsets[i];
+                rows.lowest_id[g] = rows.lowest_id[g].min(id);
+                rows.highest_id[g] = rows.highest_id[g].max(id);
+                rows.first_fire[g] = rows.first_fire[g].min(fire);
+                rows.last_fire[g] = rows.last_fire[g].max(fire);
+                rows.last_offset[g] = offset;
                 rows.end[g] = position;
             } else {
-                rows.job_types.push(all.job_types[i].clone());
-                rows.partitions.push(all.partitions[i]);
-                rows.lowest_id.push(all.ids[i]);
-                rows.highest_id.push(all.ids[i]);
-                rows.first_fire.push(all.fire_times[i]);
-                rows.last_fire.push(all.fire_times[i]);
-                rows.last_offset.push(all.offsets[i]);
+                rows.job_types.push(job_type);
+                rows.partitions.push(partition);
+                rows.lowest_id.push(id);
+                rows.highest_id.push(id);
+                rows.first_fire.push(fire);
+                rows.last_fire.push(fire);
+                rows.last_offset.push(offset);
                 rows.start.push(position);
                 rows.end.push(position);
             }
-            rows.ids.push(all.ids[i]);
-            rows.offsets.push(all.offsets[i]);
-            rows.fire_times.push(all.fire_times[i]);
-            rows.acked_at.push(all.acked_at[i]);
+            rows.ids.push(id);
+            rows.offsets.push(offset);
+            rows.fire_times.push(fire);
+            rows.acked_at.push(acked);
         }
         rows
     }
@@ -1077,6 +1071,9 @@ async fn write_deliveries(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::LeaseEpoch;
+    use crate::trigger::PreClaim;
+    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
 
     #[test]
     fn deliveries_are_grouped_by_type_and_partition_in_offset_order() {
@@ -1117,9 +1114,6 @@ mod tests {
         );
         assert_eq!(DeliveryRows::group(Vec::new()), DeliveryRows::default());
     }
-    use crate::ids::LeaseEpoch;
-    use crate::trigger::PreClaim;
-    use cadenza_schemas::{BlockStrategy, JobId, RouteStrategy, TriggerId, TriggerKind};
 
     fn taken(id: i64, job: i64, shard_index: u32, fire_time: DateTime<Utc>) -> Routed {
         let route = Route {
