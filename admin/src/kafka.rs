@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
-use cadenza_schemas::{JobType, Topics, TriggerRecord};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use cadenza_schemas::{JobType, TopicKind, TopicPolicy, Topics, TriggerRecord};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -52,7 +52,8 @@ pub struct KafkaSettings {
     pub brokers: String,
     pub topics: Topics,
     pub trigger_partitions: i32,
-    pub replication_factor: i32,
+    /// Replication, `min.insync.replicas` and retention of the topics the admin creates.
+    pub topic_policy: TopicPolicy,
     /// The producer's delivery timeout (shorter than the lease margin).
     pub message_timeout_ms: u64,
     /// The producer's `linger.ms`.
@@ -286,16 +287,11 @@ impl KafkaClients {
         &self,
         name: &str,
         partitions: i32,
-        compacted: bool,
+        kind: TopicKind,
     ) -> Result<bool, BrokerError> {
-        let mut topic = NewTopic::new(
-            name,
-            partitions,
-            TopicReplication::Fixed(self.settings.replication_factor),
-        );
-        if compacted {
-            topic = topic.set("cleanup.policy", "compact");
-        }
+        let policy = self.settings.topic_policy;
+        let configs = policy.configs(kind);
+        let topic = cadenza_worker::topics::new_topic(name, partitions, &policy, &configs);
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
         let results = self.admin.create_topics([&topic], &opts).await?;
         match results.into_iter().next() {
@@ -308,13 +304,48 @@ impl KafkaClients {
     /// Creates the results, workers (compacted), DLQ and worker progress topics if they do not
     /// exist (workers create the progress topic too when they start first).
     pub async fn ensure_base_topics(&self) -> Result<(), BrokerError> {
-        let t = self.topics();
-        let parts = self.settings.trigger_partitions;
-        self.create_topic(&t.results(), parts, false).await?;
-        self.create_topic(&t.workers(), 1, true).await?;
-        self.create_topic(&t.dlq(), 1, false).await?;
-        self.create_topic(&t.progress(), 1, false).await?;
+        for (name, kind, partitions) in self.base_topics() {
+            self.create_topic(&name, partitions, kind).await?;
+        }
         Ok(())
+    }
+
+    /// The topics every deployment has: name, kind, partitions (the results topic's are
+    /// `trigger_partitions`).
+    fn base_topics(&self) -> [(String, TopicKind, i32); 4] {
+        let t = self.topics();
+        [
+            (
+                t.results(),
+                TopicKind::Results,
+                self.settings.trigger_partitions,
+            ),
+            (t.workers(), TopicKind::Workers, 1),
+            (t.dlq(), TopicKind::Dlq, 1),
+            (t.progress(), TopicKind::Progress, 1),
+        ]
+    }
+
+    /// Logs a warning for each way the base topics and the trigger topics of `job_types`
+    /// differ from the settings the admin creates them with (replication, `min.insync.replicas`,
+    /// cleanup policy, retention), and for a broker that forgets consumer offsets before trigger
+    /// topics forget triggers.
+    pub async fn warn_about_topics(&self, job_types: &[String]) {
+        let topics: Vec<(String, TopicKind)> = self
+            .base_topics()
+            .into_iter()
+            .map(|(name, kind, _)| (name, kind))
+            .chain(job_types.iter().filter_map(|jt| {
+                let jt = JobType::parse(jt).ok()?;
+                Some((self.topics().trigger(&jt), TopicKind::Trigger))
+            }))
+            .collect();
+        cadenza_worker::topics::warn_about_topics_with(
+            base_config(&self.settings.brokers).create(),
+            &self.settings.topic_policy,
+            &topics,
+        )
+        .await;
     }
 
     /// Makes sure the trigger topic of `job_type` exists and is recorded in `job_types`; returns
@@ -336,7 +367,7 @@ impl KafkaClients {
             None => {
                 let topic = self.topics().trigger(job_type);
                 let created = self
-                    .create_topic(&topic, self.settings.trigger_partitions, false)
+                    .create_topic(&topic, self.settings.trigger_partitions, TopicKind::Trigger)
                     .await?;
                 let partitions = if created {
                     self.settings.trigger_partitions

@@ -149,6 +149,9 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         .scheduler
         .validate()
         .map_err(|m| anyhow::anyhow!("invalid configuration: {m}"))?;
+    if let Some(problem) = config.topic_policy().problem() {
+        anyhow::bail!("invalid configuration: {problem}");
+    }
     let message_timeout_ms = config.scheduler.message_timeout_ms();
     if config.producer_linger_ms >= message_timeout_ms {
         anyhow::bail!(
@@ -192,12 +195,22 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         brokers: config.brokers.clone(),
         topics: Topics::new(config.topic_prefix.clone()),
         trigger_partitions: config.trigger_partitions,
-        replication_factor: config.replication_factor,
+        topic_policy: config.topic_policy(),
         message_timeout_ms: config.scheduler.message_timeout_ms(),
         linger_ms: config.producer_linger_ms,
         fetch_wait_ms: config.fetch_wait_ms,
     })?);
     kafka.ensure_base_topics().await?;
+    {
+        // The topics' settings are checked in the background: a broker slow to describe them
+        // does not hold the admin's start.
+        let kafka = Arc::clone(&kafka);
+        let known: Vec<String> = sqlx::query_scalar(sql!("jobs/job_type_names"))
+            .fetch_all(&pool)
+            .await
+            .unwrap_or_default();
+        tokio::spawn(async move { kafka.warn_about_topics(&known).await });
+    }
 
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(admin_id = %admin_id, listen = %listener.local_addr()?, shards = shard_count, "admin started");

@@ -111,11 +111,23 @@ impl Deref for WorkerHandle {
 }
 
 impl Cluster {
-    /// Starts PostgreSQL and the broker, creates a database with a random name, and picks a
-    /// random topic prefix (`t` + 8 hex) and API token (32 hex).
+    /// Starts PostgreSQL, takes the suite's shared broker ([`Broker::shared`]; one of its own
+    /// when there is none), creates a database with a random name, and picks a random topic
+    /// prefix (`t` + 8 hex) and API token (32 hex).
     pub async fn start() -> Result<Cluster> {
+        let (pg, broker) = tokio::try_join!(Postgres::start(), Broker::shared())?;
+        Cluster::assemble(pg, broker).await
+    }
+
+    /// [`Self::start`] on a broker of the test's own: one it may stop, kill or pause, such as a
+    /// three-node cluster ([`Broker::start_cluster`]).
+    pub async fn start_on(broker: Broker) -> Result<Cluster> {
+        let pg = Postgres::start().await?;
+        Cluster::assemble(pg, broker).await
+    }
+
+    async fn assemble(pg: Postgres, broker: Broker) -> Result<Cluster> {
         let dir = temp_dir("cadenza-it-")?;
-        let (pg, broker) = tokio::try_join!(Postgres::start(), Broker::start())?;
         let db_name = format!("it_{}", random_hex(8));
         let database_url = pg.create_database(&db_name).await?;
         Ok(Cluster {
@@ -143,6 +155,12 @@ impl Cluster {
 
     pub fn database_name(&self) -> &str {
         &self.db_name
+    }
+
+    /// The Kafka consumer group a worker started with `group` joins: `group` and the topic
+    /// prefix, so that tests sharing one broker never share a group.
+    pub fn group(&self, group: &str) -> String {
+        format!("{group}.{}", self.topic_prefix)
     }
 
     /// `CADENZA_BROKERS`.
@@ -267,7 +285,7 @@ impl Cluster {
         }
     }
 
-    /// Starts `cadenza-worker --serve <serve>` in consumer group `group` with a unique
+    /// Starts `cadenza-worker --serve <serve>` in consumer group [`Self::group`]`(group)` with a unique
     /// `CADENZA_WORKER_ID` (its [`ProcessHandle::id`]) and `CADENZA_HTTP_ALLOW=127.0.0.1/32`
     /// (overridable by `extra_env`). Returns at once: wait for an
     /// observable effect (the admin's `/api/workers`, or [`ProcessHandle::wait_for_log`]).
@@ -279,12 +297,13 @@ impl Cluster {
     ) -> Result<WorkerHandle> {
         let n = self.next_worker.fetch_add(1, Ordering::Relaxed);
         let id = format!("worker-{n}-{}", random_hex(4));
+        let group = self.group(group);
         let mut cmd = supervised_command(&cadenza_bin("cadenza-worker")?, None);
         clear_cadenza_env(&mut cmd);
         cmd.arg("--serve")
             .arg(serve)
             .env("CADENZA_BROKERS", self.brokers())
-            .env("CADENZA_GROUP", group)
+            .env("CADENZA_GROUP", &group)
             .env("CADENZA_TOPIC_PREFIX", &self.topic_prefix)
             .env("CADENZA_WORKER_ID", &id)
             // Test servers listen on loopback, which the `http` builtin may not reach by default.
@@ -296,7 +315,7 @@ impl Cluster {
         let proc = self.spawn_child(&id, cmd)?;
         Ok(WorkerHandle {
             proc: ProcessHandle::new(id, proc),
-            group: group.to_string(),
+            group,
         })
     }
 
@@ -343,8 +362,8 @@ impl Cluster {
             ));
         }
         out.push_str(&format!(
-            "===== tansu {} =====\n{}\n===== postgres {} =====\n{}\n",
-            self.broker.log_path().display(),
+            "===== broker ({}) =====\n{}\n===== postgres {} =====\n{}\n",
+            self.broker.kind().name(),
             self.broker.log_tail(lines),
             self.pg.log_path().display(),
             self.pg.log_tail(lines)
@@ -421,6 +440,12 @@ impl Drop for Cluster {
             );
         }
         self.stop_children(TEARDOWN_GRACE);
+        if self.broker.is_shared() {
+            crate::kafka::delete_test_topics(
+                &self.broker.bootstrap(),
+                &format!("{}.", self.topic_prefix),
+            );
+        }
         if let Some(dir) = self.dir.take() {
             finish_temp_dir(dir, "the cluster's logs");
         }

@@ -125,6 +125,42 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Resu
     Ok(())
 }
 
+/// Deletes every topic whose name starts with `prefix`, blocking the thread (for `Drop`, inside
+/// or outside a runtime): what a test leaves on the suite's shared broker. Failures are printed,
+/// not returned: a broker that cannot delete only keeps a little more.
+pub(crate) fn delete_test_topics(bootstrap: &str, prefix: &str) {
+    let (bootstrap, prefix) = (bootstrap.to_owned(), prefix.to_owned());
+    let work = std::thread::spawn(move || -> Result<()> {
+        let consumer = throwaway_consumer(&bootstrap)?;
+        let metadata = consumer
+            .fetch_metadata(None, Duration::from_secs(10))
+            .context("fetching metadata")?;
+        let topics: Vec<String> = metadata
+            .topics()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .filter(|t| t.starts_with(&prefix))
+            .collect();
+        drop(consumer);
+        let admin: AdminClient<DefaultClientContext> = client_config(&bootstrap)
+            .create()
+            .context("creating a Kafka admin client")?;
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        if !topics.is_empty() {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            for result in futures::executor::block_on(admin.delete_topics(&names, &options))? {
+                result.map_err(|(name, code)| anyhow!("deleting topic {name}: {code}"))?;
+            }
+        }
+        Ok(())
+    });
+    match work.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("[cadenza-integration] cleaning the shared broker: {e:#}"),
+        Err(_) => eprintln!("[cadenza-integration] cleaning the shared broker panicked"),
+    }
+}
+
 /// Produces one record (to `partition`, or by key when `None`) and returns (partition, offset).
 pub async fn produce(
     bootstrap: &str,

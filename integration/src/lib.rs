@@ -1,7 +1,8 @@
 //! The end-to-end test harness of Cadenza.
 //!
 //! Integration tests start real servers as child processes: a private PostgreSQL
-//! ([`Postgres`]), a Tansu Kafka-protocol broker ([`Broker`]), and `cadenza-admin` /
+//! ([`Postgres`]), Apache Kafka ([`Broker`]: the suite's shared broker, one of the test's own,
+//! or a three-node cluster; Tansu with `CADENZA_TEST_BROKER=tansu`), and `cadenza-admin` /
 //! `cadenza-worker` processes on top of them ([`Cluster`]). Everything listens on free loopback
 //! ports and lives in temporary directories, so tests run in parallel and leave nothing behind.
 //!
@@ -58,7 +59,7 @@ mod wait;
 
 pub use api::ApiClient;
 pub use bins::{bin_dir, cadenza_bin, cadenza_home, tansu_bin};
-pub use broker::Broker;
+pub use broker::{kafka_home, kafka_version, Broker, BrokerKind, BrokerNode};
 pub use cli::{run_cli, CliOut};
 pub use cluster::{AdminHandle, Cluster, WorkerHandle};
 pub use kafka::{

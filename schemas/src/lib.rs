@@ -12,6 +12,7 @@ mod ids;
 mod messages;
 mod schedule;
 mod strategy;
+mod topic_settings;
 mod topics;
 
 pub mod json_schema;
@@ -26,5 +27,9 @@ pub use messages::{
 pub use schedule::Schedule;
 pub use strategy::{
     BlockStrategy, MisfireStrategy, ParseEnumError, RouteStrategy, RunStatus, TriggerKind,
+};
+pub use topic_settings::{
+    TopicConfig, TopicKind, TopicPolicy, DEFAULT_TRIGGER_RETENTION_MS,
+    KAFKA_DEFAULT_OFFSETS_RETENTION_MINUTES, TRIGGER_SEGMENT_MS,
 };
 pub use topics::{Topics, DEFAULT_TOPIC_PREFIX, HEADER_RECORD, HEADER_TRACEPARENT};

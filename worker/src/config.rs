@@ -6,12 +6,17 @@
 
 use std::time::Duration;
 
-use cadenza_schemas::{Topics, WorkerId, DEFAULT_TOPIC_PREFIX};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use cadenza_schemas::{
+    TopicConfig, TopicKind, TopicPolicy, Topics, WorkerId, DEFAULT_TOPIC_PREFIX,
+    DEFAULT_TRIGGER_RETENTION_MS,
+};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
+
+use crate::topics::new_topic;
 
 /// Default broker list (`CADENZA_BROKERS`).
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
@@ -74,10 +79,9 @@ pub struct WorkerConfig {
     pub session_timeout: Duration,
     /// How long the broker may hold a fetch of triggers (and of the XXL-JOB bridge's records)
     /// when none is waiting (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as
-    /// soon as a record arrives, so there this only sets how often an idle worker asks. The test
-    /// broker (Tansu) answers a waiting fetch only at its next look for records (after half the
-    /// remaining wait), so a trigger can wait there up to about half of this; each look costs it
-    /// CPU, so a shorter wait costs it more under load. Default 100 ms.
+    /// soon as a record arrives, so this only sets how often an idle worker asks (brokers that
+    /// answer a waiting fetch only at their next look for records, such as Tansu, hold a trigger
+    /// up to about half of it). Default 100 ms.
     pub fetch_wait: Duration,
     /// How often topic metadata is refreshed, so that a trigger topic that did not exist when the
     /// worker subscribed (it could not create it) is picked up once the admin creates it.
@@ -97,6 +101,12 @@ pub struct WorkerConfig {
     /// trigger topics of its job types and `<prefix>.progress`. Default 1; use the cluster's
     /// usual factor (e.g. 3).
     pub replication_factor: i32,
+    /// `min.insync.replicas` of the topics this worker creates (and checks). Default: 2 with a
+    /// replication factor of 3 or more, else 1.
+    pub min_insync_replicas: Option<i32>,
+    /// How long trigger topics this worker creates keep triggers (the replay window). Default
+    /// 6 days: below Kafka's default `offsets.retention.minutes` (7 days), see `TopicPolicy`.
+    pub trigger_retention_ms: i64,
     /// Extra librdkafka properties applied to both clients after the defaults (e.g. SASL/TLS).
     pub kafka_overrides: KafkaOverrides,
     /// Where to serve `GET /metrics` and `GET /healthz` (Prometheus text format). Default: off.
@@ -130,6 +140,17 @@ impl std::fmt::Debug for KafkaOverrides {
     }
 }
 
+impl WorkerConfig {
+    /// Replication, `min.insync.replicas` and trigger retention of the topics it creates.
+    pub fn topic_policy(&self) -> TopicPolicy {
+        TopicPolicy::new(
+            self.replication_factor,
+            self.min_insync_replicas,
+            self.trigger_retention_ms,
+        )
+    }
+}
+
 impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
@@ -151,6 +172,8 @@ impl Default for WorkerConfig {
             run_log_limit: DEFAULT_RUN_LOG_LIMIT,
             trigger_partitions: DEFAULT_TRIGGER_PARTITIONS,
             replication_factor: 1,
+            min_insync_replicas: None,
+            trigger_retention_ms: DEFAULT_TRIGGER_RETENTION_MS,
             kafka_overrides: KafkaOverrides::default(),
             metrics_listen: None,
         }
@@ -265,6 +288,17 @@ pub fn admin_client_config(config: &WorkerConfig) -> ClientConfig {
     c
 }
 
+/// The topics every deployment has: name, kind, partitions.
+pub(crate) fn base_topics(config: &WorkerConfig) -> Vec<(String, TopicKind, i32)> {
+    let t = &config.topics;
+    vec![
+        (t.results(), TopicKind::Results, config.trigger_partitions),
+        (t.workers(), TopicKind::Workers, 1),
+        (t.dlq(), TopicKind::Dlq, 1),
+        (t.progress(), TopicKind::Progress, 1),
+    ]
+}
+
 /// Creates the topics every deployment has, unless they exist, as the admin does: the results
 /// topic (`CADENZA_TRIGGER_PARTITIONS` partitions), the workers topic (one partition,
 /// compacted), the DLQ and the progress topic (one partition each). A worker that starts before
@@ -272,15 +306,17 @@ pub fn admin_client_config(config: &WorkerConfig) -> ClientConfig {
 /// workers topic not compacted).
 pub(crate) async fn ensure_base_topics(config: &WorkerConfig) -> Result<(), KafkaError> {
     let admin: AdminClient<DefaultClientContext> = admin_client_config(config).create()?;
-    let t = &config.topics;
-    let replication = || TopicReplication::Fixed(config.replication_factor);
-    let (results, workers, dlq, progress) = (t.results(), t.workers(), t.dlq(), t.progress());
-    let topics = [
-        NewTopic::new(&results, config.trigger_partitions, replication()),
-        NewTopic::new(&workers, 1, replication()).set("cleanup.policy", "compact"),
-        NewTopic::new(&dlq, 1, replication()),
-        NewTopic::new(&progress, 1, replication()),
-    ];
+    let policy = config.topic_policy();
+    let base = base_topics(config);
+    let configs: Vec<Vec<TopicConfig>> = base
+        .iter()
+        .map(|(_, kind, _)| policy.configs(*kind))
+        .collect();
+    let topics: Vec<NewTopic<'_>> = base
+        .iter()
+        .zip(&configs)
+        .map(|((name, _, partitions), configs)| new_topic(name, *partitions, &policy, configs))
+        .collect();
     let results = admin
         .create_topics(
             &topics,

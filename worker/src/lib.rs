@@ -40,7 +40,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use cadenza_schemas::{JobType, JobTypeError, Topics, WorkerId};
+use cadenza_schemas::{JobType, JobTypeError, TopicKind, Topics, WorkerId};
 use chrono::Utc;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
@@ -161,6 +161,9 @@ pub enum BuildError {
         /// The rule it breaks.
         reason: &'static str,
     },
+    /// The topic settings cannot work together (see `TopicPolicy::problem`).
+    #[error("invalid topic settings: {0}")]
+    InvalidTopicSettings(String),
 }
 
 /// A worker stopped with an error (before or instead of a graceful stop).
@@ -280,6 +283,20 @@ impl WorkerBuilder {
         self
     }
 
+    /// `min.insync.replicas` of the topics this worker creates and checks (`None`: 2 with a
+    /// replication factor of 3 or more, else 1).
+    pub fn min_insync_replicas(mut self, replicas: Option<i32>) -> Self {
+        self.config.min_insync_replicas = replicas;
+        self
+    }
+
+    /// How long the trigger topics this worker creates keep triggers, in milliseconds (default
+    /// 6 days).
+    pub fn trigger_retention_ms(mut self, ms: i64) -> Self {
+        self.config.trigger_retention_ms = ms;
+        self
+    }
+
     /// Consumer session timeout: a worker that stops answering loses its partitions after this
     /// (default 10 s).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
@@ -378,6 +395,9 @@ impl WorkerBuilder {
         }
         if !(1..=MAX_TRIGGER_PARTITIONS).contains(&config.trigger_partitions) {
             return invalid("trigger partitions", "must be from 1 to 1024");
+        }
+        if let Some(problem) = config.topic_policy().problem() {
+            return Err(BuildError::InvalidTopicSettings(problem));
         }
         let prefix = self.topic_prefix;
         if let Err(e) = JobType::parse(&prefix) {
@@ -544,6 +564,16 @@ impl Worker {
         // the heartbeats report them before any job of these types has run.
         let trigger_topics: Vec<String> = subscribed.iter().map(|t| (*t).to_owned()).collect();
         topics::ensure_trigger_topics(&cfg, &trigger_topics).await;
+        let checked: Vec<(String, TopicKind)> = config::base_topics(&cfg)
+            .into_iter()
+            .map(|(name, kind, _)| (name, kind))
+            .chain(
+                trigger_topics
+                    .iter()
+                    .map(|t| (t.clone(), TopicKind::Trigger)),
+            )
+            .collect();
+        topics::warn_about_topics(&cfg, &checked).await;
         consumer
             .subscribe(&subscribed)
             .map_err(kafka("subscribing to the trigger topics"))?;

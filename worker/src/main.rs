@@ -74,6 +74,18 @@ struct Cli {
     #[arg(long, env = "CADENZA_REPLICATION_FACTOR", default_value_t = 1,
           value_parser = clap::value_parser!(i32).range(1..))]
     replication_factor: i32,
+    /// `min.insync.replicas` of the topics this worker creates and checks: how many replicas
+    /// must have a write (`acks=all`) before it counts. Default: 2 with a replication factor of
+    /// 3 or more, else 1.
+    #[arg(long, env = "CADENZA_MIN_INSYNC_REPLICAS",
+          value_parser = clap::value_parser!(i32).range(1..))]
+    min_insync_replicas: Option<i32>,
+    /// How long the trigger topics this worker creates keep triggers, in milliseconds: the
+    /// window in which runs can be replayed from their offsets. Keep it (plus one hour) below
+    /// the broker's `offsets.retention.minutes`. Default 6 days.
+    #[arg(long, env = "CADENZA_TRIGGER_RETENTION_MS", default_value_t = cadenza_schemas::DEFAULT_TRIGGER_RETENTION_MS,
+          value_parser = clap::value_parser!(i64).range(3_600_000..))]
+    trigger_retention_ms: i64,
     /// Unfinished triggers at which consumption stops (and pauses after half a second), until
     /// half of them are finished.
     #[arg(long, env = "CADENZA_MAX_IN_FLIGHT", default_value_t = 1024,
@@ -196,6 +208,8 @@ async fn main() -> anyhow::Result<()> {
         .revoke_timeout(Duration::from_millis(cli.revoke_timeout_ms))
         .trigger_partitions(cli.trigger_partitions)
         .replication_factor(cli.replication_factor)
+        .min_insync_replicas(cli.min_insync_replicas)
+        .trigger_retention_ms(cli.trigger_retention_ms)
         .max_in_flight(usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX));
     if let Some(addr) = cli.metrics_listen {
         builder = builder.metrics_listen(addr);

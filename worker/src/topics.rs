@@ -13,7 +13,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use cadenza_schemas::{
+    TopicConfig, TopicKind, TopicPolicy, KAFKA_DEFAULT_OFFSETS_RETENTION_MINUTES,
+};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, NewTopic, OwnedResourceSpecifier, ResourceSpecifier,
+    TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::types::RDKafkaErrorCode;
 
@@ -54,6 +60,164 @@ pub fn partition_mismatch(
     })
 }
 
+/// A new topic of `kind` with the settings of `policy`; `configs` is `policy.configs(kind)`,
+/// which the topic borrows. Shared with the admin.
+pub fn new_topic<'a>(
+    name: &'a str,
+    partitions: i32,
+    policy: &TopicPolicy,
+    configs: &'a [TopicConfig],
+) -> NewTopic<'a> {
+    configs.iter().fold(
+        NewTopic::new(
+            name,
+            partitions,
+            TopicReplication::Fixed(policy.replication_factor),
+        ),
+        |topic, c| topic.set(c.name, &c.value),
+    )
+}
+
+/// Compares the existing `topics` with the settings of their kinds and the broker's
+/// `offsets.retention.minutes` with the trigger topics' retention; returns what differs, one
+/// sentence each (see [`TopicPolicy::differences`]). A topic that does not exist (yet) is left
+/// out; a broker that cannot describe configurations gives one sentence saying so. Shared with
+/// the admin.
+pub async fn check_topics(
+    admin: std::sync::Arc<AdminClient<DefaultClientContext>>,
+    policy: &TopicPolicy,
+    topics: &[(String, TopicKind)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let names: Vec<String> = topics.iter().map(|(t, _)| t.clone()).collect();
+    let (replicas, broker) = {
+        let client = std::sync::Arc::clone(&admin);
+        let names = names.clone();
+        match tokio::task::spawn_blocking(move || {
+            let md = client
+                .inner()
+                .fetch_metadata(None, Duration::from_secs(10))?;
+            let replicas: BTreeMap<String, i32> = md
+                .topics()
+                .iter()
+                .filter(|t| names.iter().any(|n| n == t.name()))
+                .filter_map(|t| {
+                    let r = t.partitions().first()?.replicas().len();
+                    Some((t.name().to_owned(), i32::try_from(r).ok()?))
+                })
+                .collect();
+            Ok::<_, rdkafka::error::KafkaError>((replicas, md.brokers().first().map(|b| b.id())))
+        })
+        .await
+        {
+            Ok(Ok(found)) => found,
+            Ok(Err(error)) => {
+                return vec![format!(
+                    "cannot read the topics' metadata to check their settings: {error}"
+                )]
+            }
+            Err(error) => return vec![format!("cannot check the topics' settings: {error}")],
+        }
+    };
+    let mut specs: Vec<ResourceSpecifier<'_>> = topics
+        .iter()
+        .filter(|(t, _)| replicas.contains_key(t))
+        .map(|(t, _)| ResourceSpecifier::Topic(t))
+        .collect();
+    if let Some(id) = broker {
+        specs.push(ResourceSpecifier::Broker(id));
+    }
+    if specs.is_empty() {
+        return out;
+    }
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let described = match admin.describe_configs(&specs, &opts).await {
+        Ok(d) => d,
+        Err(error) => {
+            return vec![format!(
+            "the broker cannot describe the topics' settings, so they were not checked: {error}"
+        )]
+        }
+    };
+    let mut offsets_retention = None;
+    for resource in described {
+        let resource = match resource {
+            Ok(r) => r,
+            Err(code) => {
+                out.push(format!(
+                    "the broker did not describe a topic's settings ({code}); not checked"
+                ));
+                continue;
+            }
+        };
+        let values: BTreeMap<String, String> = resource
+            .entries
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect();
+        match &resource.specifier {
+            OwnedResourceSpecifier::Topic(name) => {
+                if let Some((_, kind)) = topics.iter().find(|(t, _)| t == name) {
+                    out.extend(policy.differences(
+                        name,
+                        *kind,
+                        &values,
+                        replicas.get(name).copied(),
+                    ));
+                }
+            }
+            OwnedResourceSpecifier::Broker(_) => {
+                offsets_retention = values
+                    .get("offsets.retention.minutes")
+                    .and_then(|v| v.parse::<i64>().ok());
+            }
+            _ => {}
+        }
+    }
+    if topics.iter().any(|(_, k)| *k == TopicKind::Trigger) {
+        let minutes = offsets_retention.unwrap_or(KAFKA_DEFAULT_OFFSETS_RETENTION_MINUTES);
+        out.extend(policy.offsets_retention_problem(minutes));
+    }
+    out
+}
+
+/// Logs a warning for each way the `topics` differ from the settings this worker would create
+/// them with (see [`check_topics`]), or that they match.
+pub(crate) async fn warn_about_topics(config: &WorkerConfig, topics: &[(String, TopicKind)]) {
+    warn_about_topics_with(
+        admin_client_config(config).create(),
+        &config.topic_policy(),
+        topics,
+    )
+    .await;
+}
+
+/// [`check_topics`] with `admin` (as created), each difference logged as a warning, or that
+/// there is none. Shared with the admin.
+pub async fn warn_about_topics_with(
+    admin: Result<Admin, rdkafka::error::KafkaError>,
+    policy: &TopicPolicy,
+    topics: &[(String, TopicKind)],
+) {
+    let admin = match admin {
+        Ok(a) => a,
+        Err(error) => {
+            tracing::warn!(%error, "cannot create an admin client: the topics' settings were not checked");
+            return;
+        }
+    };
+    let differences = check_topics(std::sync::Arc::new(admin), policy, topics).await;
+    if differences.is_empty() {
+        tracing::info!(
+            topics = topics.len(),
+            "the topics' settings are as Cadenza expects"
+        );
+    }
+    for d in differences {
+        tracing::warn!("{d}");
+    }
+}
+
 /// Creates the trigger topics `topics` that do not exist, waits (briefly) until they show in the
 /// metadata, and warns about one whose partition count differs from the setting. Never fails:
 /// a topic that cannot be created is reported and left to the admin, as before workers created
@@ -86,6 +250,7 @@ pub(crate) async fn ensure_trigger_topics(
                 %topic,
                 partitions = config.trigger_partitions,
                 replication_factor = config.replication_factor,
+                min_insync_replicas = config.topic_policy().min_insync_replicas,
                 "trigger topic created"
             ),
             Ensured::Existed => {
@@ -119,15 +284,11 @@ async fn create(
     config: &WorkerConfig,
     topics: &[String],
 ) -> BTreeMap<String, Ensured> {
+    let policy = config.topic_policy();
+    let configs = policy.configs(TopicKind::Trigger);
     let new: Vec<NewTopic<'_>> = topics
         .iter()
-        .map(|t| {
-            NewTopic::new(
-                t,
-                config.trigger_partitions,
-                TopicReplication::Fixed(config.replication_factor),
-            )
-        })
+        .map(|t| new_topic(t, config.trigger_partitions, &policy, &configs))
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let mut outcome: BTreeMap<String, Ensured> = topics

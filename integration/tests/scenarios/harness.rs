@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 use std::ops::Range;
 
 use cadenza_integration::{
-    client_config, create_topic, list_topics, produce, read_topic, read_topic_to,
-    read_topic_to_end, topic_partition_count, wait_until, Broker, EndMark, Postgres,
-    END_MARKER_HEADER,
+    client_config, create_topic, list_topics, produce, random_hex, read_topic, read_topic_to,
+    read_topic_to_end, topic_partition_count, wait_for, wait_until, Broker, BrokerKind, EndMark,
+    Postgres, END_MARKER_HEADER,
 };
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use sqlx::{Connection, PgConnection, Row};
@@ -88,9 +90,9 @@ async fn postgres_drop_stops_the_server_and_removes_its_directory() {
 
 #[tokio::test]
 async fn broker_creates_topics_and_reads_back_what_was_produced() {
-    let broker = Broker::start().await.unwrap();
+    let broker = Broker::shared().await.unwrap();
     let bootstrap = broker.bootstrap();
-    let topic = "harness.smoke";
+    let topic = &format!("harness.smoke.{}", random_hex(8));
 
     assert_eq!(
         topic_partition_count(&bootstrap, topic).await.unwrap(),
@@ -106,10 +108,7 @@ async fn broker_creates_topics_and_reads_back_what_was_produced() {
         topic_partition_count(&bootstrap, topic).await.unwrap(),
         Some(3)
     );
-    assert!(list_topics(&bootstrap)
-        .await
-        .unwrap()
-        .contains(&topic.to_string()));
+    assert!(list_topics(&bootstrap).await.unwrap().contains(topic));
 
     let (partition, offset) = produce(&bootstrap, topic, Some(2), Some(b"k1"), b"{\"n\":1}")
         .await
@@ -139,10 +138,14 @@ async fn broker_creates_topics_and_reads_back_what_was_produced() {
         assert_eq!(to_end, records);
     }
     assert!(
-        read_topic_to_end(&bootstrap, "harness.unknown", Duration::from_secs(10))
-            .await
-            .unwrap()
-            .is_empty(),
+        read_topic_to_end(
+            &bootstrap,
+            &format!("harness.unknown.{}", random_hex(8)),
+            Duration::from_secs(10)
+        )
+        .await
+        .unwrap()
+        .is_empty(),
         "a topic the broker does not know reads as empty"
     );
 }
@@ -176,15 +179,16 @@ fn test_producer(bootstrap: &str) -> FutureProducer {
 /// still read to its end marker, and so is every other one.
 #[tokio::test]
 async fn reading_to_the_end_waits_through_a_pause_in_a_partition() {
-    let broker = Broker::start().await.unwrap();
+    let broker = Broker::shared().await.unwrap();
     let bootstrap = broker.bootstrap();
-    let topic = "harness.paused";
+    let topic = &format!("harness.paused.{}", random_hex(8));
     create_topic(&bootstrap, topic, 3).await.unwrap();
     let producer = test_producer(&bootstrap);
     let end = EndMark::new();
     let reader = tokio::spawn({
         let (bootstrap, end) = (bootstrap.clone(), end.clone());
-        async move { read_topic_to(&bootstrap, topic, &end, Duration::from_secs(60)).await }
+        let topic = topic.clone();
+        async move { read_topic_to(&bootstrap, &topic, &end, Duration::from_secs(60)).await }
     });
     send_range(&producer, topic, 0, 0..200).await;
     send_range(&producer, topic, 1, 0..100).await;
@@ -211,9 +215,9 @@ async fn reading_to_the_end_waits_through_a_pause_in_a_partition() {
 /// each partition that did not get there and how far it got. Another read's marker is no end.
 #[tokio::test]
 async fn reading_to_an_end_that_never_comes_fails_naming_the_partition() {
-    let broker = Broker::start().await.unwrap();
+    let broker = Broker::shared().await.unwrap();
     let bootstrap = broker.bootstrap();
-    let topic = "harness.unended";
+    let topic = &format!("harness.unended.{}", random_hex(8));
     create_topic(&bootstrap, topic, 3).await.unwrap();
     let producer = test_producer(&bootstrap);
     send_range(&producer, topic, 0, 0..5).await;
@@ -245,7 +249,7 @@ async fn reading_to_an_end_that_never_comes_fails_naming_the_partition() {
     let message = format!("{err:#}");
     assert!(started.elapsed() < Duration::from_secs(15), "{message}");
     assert!(
-        message.contains("harness.unended")
+        message.contains(topic.as_str())
             && message.contains("partition 1 read through offset 3 (3 records)"),
         "{message}"
     );
@@ -256,23 +260,118 @@ async fn reading_to_an_end_that_never_comes_fails_naming_the_partition() {
 }
 
 #[tokio::test]
-async fn broker_stops_and_starts_again_empty_on_the_same_port() {
+async fn broker_stops_and_starts_again_on_the_same_port() {
     let broker = Broker::start().await.unwrap();
     let port = broker.port();
     create_topic(&broker.bootstrap(), "before.restart", 1)
         .await
         .unwrap();
+    let kept = produce(
+        &broker.bootstrap(),
+        "before.restart",
+        Some(0),
+        None,
+        b"kept",
+    )
+    .await
+    .unwrap();
     broker.stop().await.unwrap();
     assert!(!broker.is_running());
     broker.start_again().await.unwrap();
     assert_eq!(broker.port(), port);
-    assert_eq!(
-        topic_partition_count(&broker.bootstrap(), "before.restart")
+    let count = topic_partition_count(&broker.bootstrap(), "before.restart")
+        .await
+        .unwrap();
+    match broker.kind() {
+        BrokerKind::Kafka => {
+            // Apache Kafka keeps its log: the topic and what was written to it are still there.
+            assert_eq!(count, Some(1));
+            let records = read_topic_to_end(
+                &broker.bootstrap(),
+                "before.restart",
+                Duration::from_secs(30),
+            )
             .await
-            .unwrap(),
-        None,
-        "memory storage should have forgotten the topic"
-    );
+            .unwrap();
+            assert_eq!(records.len(), 1, "{records:?}");
+            assert_eq!((records[0].partition, records[0].offset), kept);
+            assert_eq!(records[0].payload_str(), Some("kept"));
+        }
+        BrokerKind::Tansu => assert_eq!(
+            count, None,
+            "memory storage should have forgotten the topic"
+        ),
+    }
+}
+
+/// A cluster of three Kafka nodes: every topic on three replicas, two of them in sync for a
+/// write; a node killed and started again comes back into the cluster with its data, and the
+/// partitions it led move to another node meanwhile.
+#[tokio::test]
+async fn a_three_node_cluster_survives_losing_a_node() {
+    let broker = Broker::start_cluster(3).await.unwrap();
+    assert_eq!(broker.nodes().len(), 3);
+    assert_eq!(broker.bootstrap().split(',').count(), 3);
+    let bootstrap = broker.bootstrap();
+    let admin: AdminClient<DefaultClientContext> = client_config(&bootstrap).create().unwrap();
+    admin
+        .create_topics(
+            &[NewTopic::new(
+                "cluster.topic",
+                3,
+                TopicReplication::Fixed(3),
+            )],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(20))),
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let leader = wait_for(Duration::from_secs(20), "a leader of partition 0", || {
+        let broker = &broker;
+        async move { broker.leader_of("cluster.topic", 0).await }
+    })
+    .await
+    .unwrap();
+    let producer: FutureProducer = client_config(&bootstrap)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .unwrap();
+    send_range(&producer, "cluster.topic", 0, 0..10).await;
+
+    // The leader dies: the partition gets another leader and takes writes.
+    broker.node(leader).unwrap().kill_9().unwrap();
+    let next = wait_for(
+        Duration::from_secs(30),
+        "a new leader of partition 0",
+        || {
+            let broker = &broker;
+            async move {
+                Ok(broker
+                    .leader_of("cluster.topic", 0)
+                    .await
+                    .ok()
+                    .flatten()
+                    .filter(|l| *l != leader))
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_ne!(next, leader);
+    send_range(&producer, "cluster.topic", 0, 10..20).await;
+
+    broker.node(leader).unwrap().start_again().await.unwrap();
+    assert!(broker.is_running());
+    let records = read_topic_to_end(&bootstrap, "cluster.topic", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let payloads: Vec<&str> = records.iter().filter_map(|r| r.payload_str()).collect();
+    let want: Vec<String> = (0..20).map(|n| format!("p0-{n}")).collect();
+    assert_eq!(payloads, want);
 }
 
 #[tokio::test]

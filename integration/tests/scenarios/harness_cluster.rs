@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use cadenza_integration::{wait_for, Cluster, StatusCode};
+use cadenza_integration::{wait_for, Broker, Cluster, StatusCode};
 use serde_json::json;
 
 const FAKE_ADMIN: &str = r#"#!/usr/bin/env bash
@@ -63,7 +63,10 @@ async fn cluster_spawns_admins_and_workers_and_stops_them() {
     // A developer's shell variable must not leak into the children.
     std::env::set_var("CADENZA_DATABASE_URL", "postgres://leaked");
 
-    let cluster = Cluster::start().await.unwrap();
+    // A broker of its own: dropping the cluster must stop it.
+    let cluster = Cluster::start_on(Broker::start().await.unwrap())
+        .await
+        .unwrap();
     assert!(cluster.topic_prefix().starts_with('t') && cluster.topic_prefix().len() == 9);
     assert_eq!(cluster.token().len(), 32);
     let pool = cluster.pool().await.unwrap();
@@ -111,7 +114,8 @@ async fn cluster_spawns_admins_and_workers_and_stops_them() {
         .await
         .unwrap();
     assert_ne!(w1.id(), w2.id());
-    assert_eq!(w1.group(), "g1");
+    assert_eq!(w1.group(), format!("g1.{}", cluster.topic_prefix()));
+    assert_eq!(w1.group(), cluster.group("g1"));
     w1.wait_for_log(&format!("id={}", w1.id()), Duration::from_secs(10))
         .await
         .unwrap();
@@ -141,14 +145,15 @@ async fn cluster_spawns_admins_and_workers_and_stops_them() {
         .unwrap();
     let found = wait_for(Duration::from_secs(10), "w3's banner", || {
         let log = w3.log();
-        async move { Ok(log.contains("group=g2").then_some(log.len())) }
+        let want = format!("group={}", cluster.group("g2"));
+        async move { Ok(log.contains(&want).then_some(log.len())) }
     })
     .await
     .unwrap();
     assert!(found > 0);
 
     let logs = cluster.dump_logs();
-    assert!(logs.contains("admin-1") && logs.contains(w3.id()) && logs.contains("tansu"));
+    assert!(logs.contains("admin-1") && logs.contains(w3.id()) && logs.contains("broker ("));
 
     // Dropping the cluster stops what still runs, by PID.
     let pids = [admin.pid(), w3.pid()];

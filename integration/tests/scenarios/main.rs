@@ -21,6 +21,7 @@ mod reliability;
 mod rolling_restart;
 mod routing;
 mod scheduler_core;
+mod topics;
 mod tracing;
 mod walking_skeleton;
 mod worker_chaos;

@@ -135,6 +135,7 @@ async fn admin_metrics_parse_and_match_what_happened() {
     }
     let api = admin.api();
     let ids: Vec<String> = workers.iter().map(|w| w.id().to_owned()).collect();
+    let m_group = cluster.group("m");
     let topics = cluster.topics();
     let slow_topic = topics.trigger(&cadenza_schemas::JobType::parse("m.slow").unwrap());
     api.wait_assignment(&slow_topic, &ids, 6, WAIT)
@@ -357,7 +358,11 @@ async fn admin_metrics_parse_and_match_what_happened() {
             sum(
                 &w,
                 "cadenza_worker_runs_finished_total",
-                &[("group", "m"), ("job_type", job_type), ("status", status)]
+                &[
+                    ("group", &m_group),
+                    ("job_type", job_type),
+                    ("status", status)
+                ]
             ),
             *n as f64,
             "worker runs finished {job_type} {status}"

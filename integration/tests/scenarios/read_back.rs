@@ -33,10 +33,10 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
             brokers: cluster.brokers(),
             topics: cluster.topics(),
             trigger_partitions: 3,
-            replication_factor: 1,
+            topic_policy: cadenza_schemas::TopicPolicy::default(),
             message_timeout_ms: 1_000,
             linger_ms: 1,
-            fetch_wait_ms: 10,
+            fetch_wait_ms: 100,
         })
         .unwrap(),
     );

@@ -134,7 +134,7 @@ async fn triggers_of_a_partition_whose_progress_cannot_be_read_run_as_new_attemp
         .await
         .unwrap();
     let pointers: BaseConsumer = client_config(&brokers)
-        .set("group.id", "past~progress")
+        .set("group.id", format!("{}~progress", cluster.group("past")))
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();

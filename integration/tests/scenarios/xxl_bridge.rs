@@ -248,9 +248,10 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
     )
     .await
     .unwrap();
+    let group = cluster.group("bridge");
     wait_for(WAIT, "the late result to be counted", || {
-        let metrics = metrics.clone();
-        async move { Ok((callbacks_counted(&metrics, "bridge", "late").await? == 1.0).then_some(())) }
+        let (metrics, group) = (metrics.clone(), group.clone());
+        async move { Ok((callbacks_counted(&metrics, &group, "late").await? == 1.0).then_some(())) }
     })
     .await
     .unwrap();
@@ -336,7 +337,7 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
         "{log}"
     );
     assert_eq!(
-        callbacks_counted(&metrics, "bridge", "unknown")
+        callbacks_counted(&metrics, &cluster.group("bridge"), "unknown")
             .await
             .unwrap(),
         0.0
@@ -511,7 +512,7 @@ async fn bridge_workers_share_executors_and_results() {
         "both bridges ran some"
     );
     assert!(
-        callbacks_counted(&b1.metrics, "bridges", "forwarded")
+        callbacks_counted(&b1.metrics, &cluster.group("bridges"), "forwarded")
             .await
             .unwrap()
             >= 1.0

@@ -12,8 +12,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use cadenza_schemas::TopicKind;
 use chrono::Utc;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -28,9 +29,6 @@ use crate::config::{admin_client_config, consumer_client_config, WorkerConfig};
 use crate::dlq::{dlq_message, DlqProducer, Origin};
 use crate::producer::{self, produce, Record};
 
-/// How long records stay on the topic (beats older than the expiry are useless; callbacks are
-/// read within moments).
-const RETENTION: Duration = Duration::from_secs(3600);
 /// Records waiting to be shared at most; beyond, new ones are dropped with a warning.
 pub const QUEUE: usize = 4096;
 
@@ -191,9 +189,9 @@ async fn create_topic(config: &WorkerConfig, topic: &str) {
             return;
         }
     };
-    let retention = RETENTION.as_millis().to_string();
-    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(config.replication_factor))
-        .set("retention.ms", &retention);
+    let policy = config.topic_policy();
+    let configs = policy.configs(TopicKind::XxlBridge);
+    let new = crate::topics::new_topic(topic, 1, &policy, &configs);
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     match admin.create_topics([&new], &opts).await {
         Ok(results) => {
