@@ -131,13 +131,22 @@ pub async fn check_topics(
         return out;
     }
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let described = match admin.describe_configs(&specs, &opts).await {
-        Ok(d) => d,
-        Err(error) => {
-            return vec![format!(
-            "the broker cannot describe the topics' settings, so they were not checked: {error}"
-        )]
+    // A topic created a moment ago may be described with no entries by a broker that has not
+    // seen it yet: ask again, a few times, before comparing.
+    let mut attempt = 0;
+    let described = loop {
+        attempt += 1;
+        let described = match admin.describe_configs(&specs, &opts).await {
+            Ok(d) => d,
+            Err(error) => return vec![format!("the broker cannot describe the topics' settings, so they were not checked: {error}")],
+        };
+        let incomplete = described
+            .iter()
+            .any(|r| r.as_ref().map_or(true, |r| r.entries.is_empty()));
+        if !incomplete || attempt >= 10 {
+            break described;
         }
+        tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let mut offsets_retention = None;
     for resource in described {
@@ -150,6 +159,13 @@ pub async fn check_topics(
                 continue;
             }
         };
+        if resource.entries.is_empty() {
+            out.push(format!(
+                "the broker described no settings of {:?}; not checked",
+                resource.specifier
+            ));
+            continue;
+        }
         let values: BTreeMap<String, String> = resource
             .entries
             .iter()

@@ -7,6 +7,7 @@
 
 mod accounts;
 mod block_strategies;
+mod broker_chaos;
 mod cli;
 mod console;
 mod contract;

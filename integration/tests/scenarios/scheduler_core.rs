@@ -39,7 +39,11 @@ async fn spawn_admin(cluster: &Cluster, id: &str) -> AdminHandle {
     spawn_admin_with(cluster, id, &[]).await
 }
 
-async fn spawn_admin_with(cluster: &Cluster, id: &str, extra: &[(&str, String)]) -> AdminHandle {
+pub(crate) async fn spawn_admin_with(
+    cluster: &Cluster,
+    id: &str,
+    extra: &[(&str, String)],
+) -> AdminHandle {
     let mut env = admin_env(id);
     env.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -68,7 +72,7 @@ async fn holders(pool: &PgPool) -> BTreeMap<String, i64> {
 }
 
 /// Waits until exactly `live` hold every one of the 64 shards, each about a fair share.
-async fn wait_balanced(pool: &PgPool, live: &[&str]) -> Duration {
+pub(crate) async fn wait_balanced(pool: &PgPool, live: &[&str]) -> Duration {
     let started = Instant::now();
     let live: HashSet<String> = live.iter().map(|s| s.to_string()).collect();
     let share = (64 + live.len() as i64 - 1) / live.len() as i64;
@@ -199,8 +203,8 @@ async fn shards_are_shared_and_taken_over_after_a_crash() {
     b.wait_exit(Duration::from_secs(30)).await.unwrap();
 }
 
-struct JobPlan {
-    id: i64,
+pub(crate) struct JobPlan {
+    pub(crate) id: i64,
     first: DateTime<Utc>,
     every: chrono::Duration,
 }
@@ -219,12 +223,12 @@ impl JobPlan {
 
 /// Counts of a run, printed by the tests.
 #[derive(Debug, Default)]
-struct Tally {
-    expected: usize,
-    published: usize,
-    misfired: usize,
-    duplicates: usize,
-    lost: usize,
+pub(crate) struct Tally {
+    pub(crate) expected: usize,
+    pub(crate) published: usize,
+    pub(crate) misfired: usize,
+    pub(crate) duplicates: usize,
+    pub(crate) lost: usize,
     /// Records read from the trigger topic (triggers and fences), and how long that took.
     records: usize,
     read_in: Duration,
@@ -238,7 +242,7 @@ const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// Checks every expected fire time of `jobs` up to `until` against the trigger topic, read to
 /// an end marked once nothing publishes any more (every job disabled, nothing left scheduled or
 /// publishing), and the misfired runs in the database.
-async fn tally(
+pub(crate) async fn tally(
     cluster: &Cluster,
     pool: &PgPool,
     jobs: &[JobPlan],
@@ -339,6 +343,16 @@ async fn describe_run(
 }
 
 async fn create_jobs(api: &ApiClient, n: usize) -> Vec<JobPlan> {
+    create_jobs_every(api, n, 100..=2000).await
+}
+
+/// `n` jobs of type `chaos.noop`: every fifth on a cron firing every second, the others at a
+/// fixed rate, each with its own period drawn from `every_ms`.
+pub(crate) async fn create_jobs_every(
+    api: &ApiClient,
+    n: usize,
+    every_ms: std::ops::RangeInclusive<u64>,
+) -> Vec<JobPlan> {
     let mut rng = rand::rng();
     let mut jobs = Vec::new();
     for i in 0..n {
@@ -347,7 +361,7 @@ async fn create_jobs(api: &ApiClient, n: usize) -> Vec<JobPlan> {
                    "schedule": {"kind": "cron", "expr": "* * * * * *"}})
         } else {
             json!({"name": format!("rate {i}"), "job_type": "chaos.noop",
-                   "schedule": {"kind": "fix_rate", "every_ms": rng.random_range(100..=2000)}})
+                   "schedule": {"kind": "fix_rate", "every_ms": rng.random_range(every_ms.clone())}})
         };
         let (status, job) = api.post_json("/api/jobs", &body).await.unwrap();
         assert_eq!(status, StatusCode::CREATED, "{job}");
@@ -411,7 +425,7 @@ async fn absurd_durations_job(api: &ApiClient, pool: &PgPool) -> JobPlan {
     }
 }
 
-async fn disable_all(api: &ApiClient, jobs: &[JobPlan]) {
+pub(crate) async fn disable_all(api: &ApiClient, jobs: &[JobPlan]) {
     for j in jobs {
         let (status, body) = api
             .post_empty(&format!("/api/jobs/{}/disable", j.id))
@@ -422,7 +436,7 @@ async fn disable_all(api: &ApiClient, jobs: &[JobPlan]) {
 }
 
 /// Waits until nothing is scheduled or being published any more.
-async fn wait_quiet(pool: &PgPool) {
+pub(crate) async fn wait_quiet(pool: &PgPool) {
     let waited = wait_for(
         Duration::from_secs(60),
         "no run left scheduled or publishing",

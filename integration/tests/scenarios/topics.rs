@@ -2,6 +2,8 @@
 //! `min.insync.replicas`, cleanup policy and retention; one that exists with other settings is
 //! named, with both values, by each process that uses it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] functions
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -116,7 +118,12 @@ async fn a_min_insync_above_the_replication_factor_is_refused_at_start() {
         ])
         .await
         .unwrap_err();
-    let message = format!("{err:#}");
+    assert!(
+        format!("{err:#}").contains("exited before it was healthy"),
+        "{err:#}"
+    );
+    // The first line of its log (a backtrace follows it).
+    let message = cluster.dump_logs_tail(500);
     assert!(
         message.contains(
             "CADENZA_MIN_INSYNC_REPLICAS is 2; it must be between 1 and the replication factor (1)"
