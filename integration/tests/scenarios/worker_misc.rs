@@ -130,9 +130,16 @@ async fn triggers_of_a_partition_whose_progress_cannot_be_read_run_as_new_attemp
     let progress = format!("{prefix}.progress");
     let topics = list_topics(&brokers).await.unwrap();
     assert!(topics.contains(&progress), "{topics:?}");
-    let (_, at) = produce(&brokers, &progress, Some(0), None, b"not a progress record")
-        .await
-        .unwrap();
+    // Keyed: the progress topic is compacted, and Kafka refuses a record without a key there.
+    let (_, at) = produce(
+        &brokers,
+        &progress,
+        Some(0),
+        Some(b"not a progress key"),
+        b"not a progress record",
+    )
+    .await
+    .unwrap();
     let pointers: BaseConsumer = client_config(&brokers)
         .set("group.id", format!("{}~progress", cluster.group("past")))
         .set("enable.auto.commit", "false")
