@@ -231,8 +231,9 @@ impl WorkerMetrics {
         let mut now = Vec::new();
         for (topic, t) in &stats.topics {
             for (partition, p) in &t.partitions {
-                // librdkafka lists an internal `-1` partition, and partitions it only knows of.
-                if *partition < 0 || p.fetch_state == "none" {
+                // librdkafka lists an internal `-1` partition, partitions it only knows of
+                // (`none`) and partitions this member no longer holds (`stopping`, `stopped`).
+                if *partition < 0 || !fetching(&p.fetch_state) {
                     continue;
                 }
                 let labels = PartitionLabels {
@@ -261,6 +262,12 @@ impl WorkerMetrics {
         }
         *held = now;
     }
+}
+
+/// Whether librdkafka's fetch state of a partition is one of an assigned partition: being
+/// fetched, or having its start offset looked up or validated.
+fn fetching(state: &str) -> bool {
+    !matches!(state, "none" | "stopping" | "stopped")
 }
 
 /// Increments a gauge while alive.
@@ -343,5 +350,49 @@ mod tests {
             .contains("cadenza_worker_runs_waiting{group=\"billing\",job_type=\"demo.echo\"} 0"));
         assert!(text.contains("cadenza_worker_capacity_in_use{group=\"billing\"} 0"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    fn stats(partitions: &[(i32, &str, i64)]) -> Statistics {
+        let mut topic = rdkafka::statistics::Topic::default();
+        for &(partition, state, lag) in partitions {
+            topic.partitions.insert(
+                partition,
+                rdkafka::statistics::Partition {
+                    partition,
+                    fetch_state: state.to_owned(),
+                    consumer_lag: lag,
+                    hi_offset: 10,
+                    committed_offset: 10 - lag,
+                    app_offset: 10,
+                    ..Default::default()
+                },
+            );
+        }
+        let mut stats = Statistics::default();
+        stats.topics.insert("t".to_owned(), topic);
+        stats
+    }
+
+    #[test]
+    fn lag_is_reported_for_the_partitions_held_now_only() {
+        let m = WorkerMetrics::new("g", 1);
+        m.read_stats(&stats(&[
+            (-1, "none", -1),
+            (0, "active", 2),
+            (1, "active", 0),
+        ]));
+        let text = m.encode();
+        assert!(
+            text.contains("cadenza_worker_consumer_lag{group=\"g\",topic=\"t\",partition=\"0\"} 2")
+        );
+        assert!(text.contains("partition=\"1\"} 0"), "{text}");
+        assert!(!text.contains("partition=\"-1\""), "{text}");
+        // A rebalance took partition 1 away: librdkafka still lists it, stopped.
+        m.read_stats(&stats(&[(0, "active", 0), (1, "stopped", 5)]));
+        let text = m.encode();
+        assert!(
+            text.contains("cadenza_worker_consumer_lag{group=\"g\",topic=\"t\",partition=\"0\"} 0")
+        );
+        assert!(!text.contains("partition=\"1\""), "{text}");
     }
 }

@@ -175,16 +175,21 @@ async fn admin_metrics_parse_and_match_what_happened() {
         let topic = slow_topic.clone();
         async move {
             let s = scrape_all(&addrs).await;
-            let series = s
-                .keys()
-                .filter(|(n, l)| {
+            let series: Vec<String> = s
+                .iter()
+                .filter(|((n, l), _)| {
                     n == "cadenza_worker_consumer_lag"
                         && l.iter().any(|(k, v)| k == "topic" && *v == topic)
                 })
-                .count();
+                .map(|((_, l), v)| format!("{l:?}={v}"))
+                .collect();
             let lag = sum(&s, "cadenza_worker_consumer_lag", &[("topic", &topic)]);
             // Every partition of the topic is reported by the worker that holds it.
-            Ok((series == 6 && lag == 0.0).then_some(()))
+            if series.len() == 6 && lag == 0.0 {
+                Ok(Some(()))
+            } else {
+                Err(anyhow::anyhow!("lag series seen: {series:?}"))
+            }
         }
     })
     .await
