@@ -76,7 +76,11 @@ pub struct WorkerConfig {
     /// unreported (their next owner runs them again). Default 10 s.
     pub revoke_timeout: Duration,
     /// Consumer session timeout: a silent member's partitions move after this. Default 10 s.
+    /// With [`GroupProtocol::Consumer`] the brokers set it (`group.consumer.session.timeout.ms`)
+    /// and this is not used.
     pub session_timeout: Duration,
+    /// The consumer group protocol of the trigger consumer. Default [`GroupProtocol::Classic`].
+    pub group_protocol: GroupProtocol,
     /// How long the broker may hold a fetch of triggers (and of the XXL-JOB bridge's records)
     /// when none is waiting (librdkafka's `fetch.wait.max.ms`). Apache Kafka answers a fetch as
     /// soon as a record arrives, so this only sets how often an idle worker asks (brokers that
@@ -166,6 +170,7 @@ impl Default for WorkerConfig {
             commit_interval: Duration::from_millis(100),
             revoke_timeout: Duration::from_secs(10),
             session_timeout: Duration::from_secs(10),
+            group_protocol: GroupProtocol::Classic,
             fetch_wait: DEFAULT_FETCH_WAIT,
             metadata_refresh: Duration::from_secs(1),
             message_timeout: Duration::from_secs(30),
@@ -197,6 +202,36 @@ pub fn default_worker_id() -> WorkerId {
     let random = uuid::Uuid::new_v4().simple().to_string();
     let suffix = random.get(..8).unwrap_or(&random);
     WorkerId(format!("{host}-{}-{suffix}", std::process::id()))
+}
+
+/// How the trigger consumer's group shares partitions among workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum GroupProtocol {
+    /// The classic protocol with the eager `range` assignor: in a rebalance every member gives
+    /// back all its partitions and gets its new share. Every Kafka version; the session timeout
+    /// is the worker's.
+    #[default]
+    Classic,
+    /// Kafka 4's consumer protocol (KIP-848): the group coordinator assigns partitions and moves
+    /// only those that change owner, so a worker joining or leaving does not pause the others.
+    /// Needs Apache Kafka 4.0 or later; the brokers set the session timeout.
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The value of librdkafka's `group.protocol`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Consumer => "consumer",
+        }
+    }
+}
+
+impl std::fmt::Display for GroupProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 fn millis(d: Duration) -> String {
@@ -237,10 +272,10 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
             millis(config.metadata_refresh),
         )
         .set("allow.auto.create.topics", "false")
-        .set("session.timeout.ms", millis(config.session_timeout))
+        .set("group.protocol", config.group_protocol.as_str())
         // Also the rebalance timeout: how long a rebalance waits for members that do not rejoin
-        // (a killed one). Kept short, but above the revoke drain, which delays this member's
-        // rejoin.
+        // (a killed one) or do not acknowledge a revocation. Kept short, but above the revoke
+        // drain, which delays this member's answer.
         .set(
             "max.poll.interval.ms",
             millis(
@@ -248,10 +283,14 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
                     .session_timeout
                     .max(config.revoke_timeout + Duration::from_secs(10)),
             ),
-        )
-        // `range` is the assignor verified on the test broker; rebalances are eager, so the
-        // consumer context rebuilds the assignment on every callback.
-        .set("partition.assignment.strategy", "range");
+        );
+    if config.group_protocol == GroupProtocol::Classic {
+        // Eager `range`: a rebalance revokes every partition and assigns the new share (the
+        // consumer context handles either kind of callback: the consumer protocol's are
+        // incremental). The consumer protocol refuses these settings: its coordinator owns them.
+        c.set("session.timeout.ms", millis(config.session_timeout))
+            .set("partition.assignment.strategy", "range");
+    }
     if config.metrics_listen.is_some() {
         // The lag gauges are read from these statistics (see `metrics`).
         c.set(
@@ -375,6 +414,25 @@ mod tests {
         assert_eq!(a.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(a.get("security.protocol"), Some("plaintext"));
         assert_eq!(a.get("group.id"), None);
+    }
+
+    #[test]
+    fn the_consumer_protocol_leaves_session_and_assignor_to_the_coordinator() {
+        let classic = consumer_client_config(&WorkerConfig::default());
+        assert_eq!(classic.get("group.protocol"), Some("classic"));
+        assert_eq!(classic.get("session.timeout.ms"), Some("10000"));
+        assert_eq!(classic.get("partition.assignment.strategy"), Some("range"));
+        let config = WorkerConfig {
+            group_protocol: GroupProtocol::Consumer,
+            ..WorkerConfig::default()
+        };
+        let c = consumer_client_config(&config);
+        assert_eq!(c.get("group.protocol"), Some("consumer"));
+        assert_eq!(c.get("session.timeout.ms"), None);
+        assert_eq!(c.get("partition.assignment.strategy"), None);
+        assert_eq!(c.get("max.poll.interval.ms"), Some("20000"));
+        // librdkafka accepts the configuration.
+        assert!(c.create::<rdkafka::consumer::BaseConsumer>().is_ok());
     }
 
     #[test]

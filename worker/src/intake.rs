@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dlq::{dlq_message, DlqProducer, Origin};
 use crate::handler::Handler;
 use crate::progress::{Deliveries, Delivery, Prior, TopicPartition};
-use crate::rebalance::{is_unknown_topic, TriggerConsumer};
+use crate::rebalance::{is_unknown_topic, ConsumptionPaused, TriggerConsumer};
 use crate::run::RunEnv;
 use crate::Throttle;
 
@@ -71,6 +71,8 @@ pub(crate) struct Intake {
     pub dlq: DlqProducer,
     pub reporter: String,
     pub errors: Throttle,
+    /// Shared with the rebalance callbacks, which apply it to partitions they assign.
+    pub paused: ConsumptionPaused,
 }
 
 fn header<'a>(m: &'a OwnedMessage, name: &str) -> Option<&'a [u8]> {
@@ -184,6 +186,7 @@ impl Intake {
     }
 
     fn set_paused(&self, pause: bool) {
+        self.paused.set(pause);
         let result = self.consumer.assignment().and_then(|tpl| {
             if pause {
                 self.consumer.pause(&tpl)

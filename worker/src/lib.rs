@@ -68,9 +68,10 @@ pub mod topics;
 pub mod xxl;
 
 pub use config::{
-    default_worker_id, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS, DEFAULT_CAPACITY,
-    DEFAULT_DRAIN_TIMEOUT, DEFAULT_FETCH_WAIT, DEFAULT_GROUP, DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_RUN_LOG_LIMIT, DEFAULT_TRIGGER_PARTITIONS, MAX_FETCH_WAIT, MAX_TRIGGER_PARTITIONS,
+    default_worker_id, GroupProtocol, KafkaOverrides, WorkerConfig, DEFAULT_BROKERS,
+    DEFAULT_CAPACITY, DEFAULT_DRAIN_TIMEOUT, DEFAULT_FETCH_WAIT, DEFAULT_GROUP,
+    DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_RUN_LOG_LIMIT, DEFAULT_TRIGGER_PARTITIONS, MAX_FETCH_WAIT,
+    MAX_TRIGGER_PARTITIONS,
 };
 pub use futures::future::BoxFuture;
 pub use handler::{handler_fn, FnHandler, Handler, Outcome, RunContext, RunLog};
@@ -304,6 +305,12 @@ impl WorkerBuilder {
         self
     }
 
+    /// The trigger consumer's group protocol (default classic; see [`GroupProtocol`]).
+    pub fn group_protocol(mut self, protocol: GroupProtocol) -> Self {
+        self.config.group_protocol = protocol;
+        self
+    }
+
     /// How long the broker may hold a fetch of triggers when none is waiting (default 100 ms,
     /// at most 10 s): on Apache Kafka how often an idle worker asks, on the test broker also how
     /// long a trigger can wait before the worker sees it (see [`WorkerConfig::fetch_wait`]).
@@ -532,6 +539,7 @@ impl Worker {
             .map_err(kafka("creating the progress clients"))?,
         );
         let assignment: heartbeat::Assignment = Arc::default();
+        let paused = rebalance::ConsumptionPaused::default();
         let consumer = Arc::new(
             rebalance::create(
                 &cfg,
@@ -541,6 +549,7 @@ impl Worker {
                     Arc::clone(&assignment),
                     cfg.revoke_timeout,
                     Arc::clone(&metrics),
+                    paused.clone(),
                 ),
             )
             .map_err(kafka("creating the Kafka consumer"))?,
@@ -643,6 +652,7 @@ impl Worker {
             dlq: dlq::DlqProducer::new(producer.clone(), topics.dlq()),
             reporter: cfg.worker_id.0.clone(),
             errors: Throttle::new(Duration::from_secs(60)),
+            paused,
         };
         let stop_intake = CancellationToken::new();
         let intake_failed = CancellationToken::new();

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use cadenza_worker::builtin::{BuiltinOptions, ServeSpec, Served, HTTP_SETTINGS};
 use cadenza_worker::net_policy::{self, AddressPolicy, NetList};
 use cadenza_worker::xxl::bridge::{Bridge, BridgeOptions};
-use cadenza_worker::{CancellationToken, Worker, DEFAULT_BROKERS, DEFAULT_GROUP};
+use cadenza_worker::{CancellationToken, GroupProtocol, Worker, DEFAULT_BROKERS, DEFAULT_GROUP};
 use clap::{CommandFactory, Parser};
 
 /// A Cadenza worker: consumes the trigger topics of the job types it serves, runs the built-in
@@ -51,6 +51,10 @@ struct Cli {
     #[arg(long, env = "CADENZA_SESSION_TIMEOUT_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..))]
     session_timeout_ms: u64,
+    /// The consumer group protocol: `classic` (every Kafka; eager rebalances) or `consumer`
+    /// (Kafka 4's KIP-848: only moved partitions are revoked; the brokers' session timeout).
+    #[arg(long, env = "CADENZA_GROUP_PROTOCOL", value_enum, default_value_t = GroupProtocol::Classic)]
+    group_protocol: GroupProtocol,
     /// How long the broker may hold a fetch of triggers when none is waiting, in milliseconds.
     /// Apache Kafka answers as soon as a trigger arrives, so there this only sets how often an
     /// idle worker asks; the test broker answers a waiting fetch only at its next look for
@@ -204,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
         .heartbeat_interval(Duration::from_millis(cli.heartbeat_ms))
         .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
         .session_timeout(Duration::from_millis(cli.session_timeout_ms))
+        .group_protocol(cli.group_protocol)
         .fetch_wait(Duration::from_millis(cli.fetch_wait_ms))
         .revoke_timeout(Duration::from_millis(cli.revoke_timeout_ms))
         .trigger_partitions(cli.trigger_partitions)

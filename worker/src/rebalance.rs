@@ -6,6 +6,7 @@
 //! when partitions come and go.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,25 @@ pub(crate) struct ConsumerCtx {
     revoke_timeout: Duration,
     errors: Throttle,
     metrics: Arc<WorkerMetrics>,
+    paused: ConsumptionPaused,
+}
+
+/// Whether the intake wants consumption paused (it is full, or the worker drains). Partitions
+/// assigned in a rebalance are paused or resumed to match: librdkafka keeps a partition's pause
+/// across a rebalance that revokes and assigns it again, and the intake may have resumed its
+/// old assignment meanwhile (the revoke handed its runs back), which would leave a partition
+/// it got back paused for good.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConsumptionPaused(Arc<AtomicBool>);
+
+impl ConsumptionPaused {
+    pub(crate) fn set(&self, paused: bool) {
+        self.0.store(paused, Ordering::SeqCst);
+    }
+
+    pub(crate) fn get(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 impl ConsumerCtx {
@@ -51,6 +71,7 @@ impl ConsumerCtx {
         assignment: Assignment,
         revoke_timeout: Duration,
         metrics: Arc<WorkerMetrics>,
+        paused: ConsumptionPaused,
     ) -> Self {
         Self {
             offsets,
@@ -59,6 +80,7 @@ impl ConsumerCtx {
             revoke_timeout,
             errors: Throttle::new(Duration::from_secs(60)),
             metrics,
+            paused,
         }
     }
 }
@@ -177,7 +199,16 @@ impl ConsumerContext for ConsumerCtx {
             self.metrics.rebalance("assign");
             let tps = partitions(tpl);
             let (term, inherited) = blocking(|| self.progress.assign(consumer, &tps));
-            tracing::info!(partitions = %describe(tpl), inherited, term, "partitions assigned");
+            let paused = self.paused.get();
+            let set = if paused {
+                consumer.pause(tpl)
+            } else {
+                consumer.resume(tpl)
+            };
+            if let Err(error) = set {
+                tracing::warn!(%error, paused, "cannot pause/resume the assigned partitions");
+            }
+            tracing::info!(partitions = %describe(tpl), inherited, term, paused, "partitions assigned");
         }
         // Whatever the protocol (eager or cooperative), the heartbeat reports the full current
         // assignment.

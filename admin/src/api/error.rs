@@ -181,6 +181,32 @@ impl From<FieldError> for ApiError {
     }
 }
 
+/// Whether the database failed a statement to break a deadlock or a serialization conflict
+/// (SQLSTATE class 40): the transaction was rolled back and may simply run again.
+pub(crate) fn is_lock_conflict(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().is_some_and(|c| c.starts_with("40")))
+}
+
+/// A transaction's failure: a database error (which may be worth running it again, see
+/// [`is_lock_conflict`]) or an answer for the client.
+#[derive(Debug)]
+pub(crate) enum TxError {
+    Db(sqlx::Error),
+    Api(ApiError),
+}
+
+impl From<sqlx::Error> for TxError {
+    fn from(e: sqlx::Error) -> Self {
+        TxError::Db(e)
+    }
+}
+
+impl From<ApiError> for TxError {
+    fn from(e: ApiError) -> Self {
+        TxError::Api(e)
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match &e {

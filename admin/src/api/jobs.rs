@@ -11,6 +11,7 @@ use serde_json::Value;
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::doc::Id;
+use super::error::TxError;
 use super::{
     parse_body, parse_bool, parse_id, parse_limit, ApiError, ApiResult, AppState, ErrorBody,
     Params, Shared,
@@ -439,6 +440,27 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
     let id = parse_id("id", &id)?;
+    // Deleting a job deletes its runs, which the result ingest may be updating at that moment in
+    // another order: the database then breaks the deadlock by failing one of the two. The
+    // delete did nothing then and is simply done again.
+    let mut attempt = 1;
+    loop {
+        match delete_once(&state, &p, id).await {
+            Ok(()) => break,
+            Err(TxError::Db(e)) if attempt < 3 && super::error::is_lock_conflict(&e) => {
+                tracing::debug!(job_id = id, attempt, error = %e, "deleting a job again after a lock conflict");
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+            }
+            Err(TxError::Db(e)) => return Err(e.into()),
+            Err(TxError::Api(e)) => return Err(e),
+        }
+    }
+    tracing::info!(job_id = id, "job deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_once(state: &Shared, p: &Principal, id: i64) -> Result<(), TxError> {
     let mut tx = state.pool.begin().await?;
     let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update"))
         .bind(id)
@@ -459,26 +481,26 @@ pub async fn delete(
                 "job {id} is a node of {}; remove it from the workflow (PUT /api/workflows/{{id}}) or delete the workflow, and let its running workflow runs end, first",
                 names.join(", ")
             ),
-        ));
+        )
+        .into());
     }
     let deleted: i64 = sqlx::query_scalar(sql!("jobs/delete"))
         .bind(id)
         .fetch_one(&mut *tx)
         .await?;
     if deleted == 0 {
-        return Err(ApiError::not_found("job", id));
+        return Err(ApiError::not_found("job", id).into());
     }
     audit::done(
         &mut tx,
         &p.actor(),
         Entry::new("job.delete")
             .job(id, current.spec.job_type.as_str())
-            .before(as_json(&current)?),
+            .before(as_json(&current).map_err(TxError::Api)?),
     )
     .await?;
     tx.commit().await?;
-    tracing::info!(job_id = id, "job deleted");
-    Ok(StatusCode::NO_CONTENT)
+    Ok(())
 }
 
 /// Longest delay of a triggered run: one year.
