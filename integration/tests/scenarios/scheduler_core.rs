@@ -229,6 +229,11 @@ pub(crate) struct Tally {
     pub(crate) misfired: usize,
     pub(crate) duplicates: usize,
     pub(crate) lost: usize,
+    /// Runs (trigger ids) whose trigger record is on the topic more than once: one run sent
+    /// twice, as opposed to two runs of one fire time.
+    pub(crate) sent_twice: HashSet<i64>,
+    /// Fire times with more than one run on the topic.
+    pub(crate) two_runs: usize,
     /// Records read from the trigger topic (triggers and fences), and how long that took.
     records: usize,
     read_in: Duration,
@@ -256,6 +261,8 @@ pub(crate) async fn tally(
         .unwrap();
     let read_in = started.elapsed();
     let mut on_topic: HashMap<(i64, DateTime<Utc>), usize> = HashMap::new();
+    let mut runs_of: HashMap<(i64, DateTime<Utc>), HashSet<i64>> = HashMap::new();
+    let mut copies: HashMap<i64, usize> = HashMap::new();
     let at: HashMap<(i32, i64), String> = records
         .iter()
         .map(|r| {
@@ -269,9 +276,11 @@ pub(crate) async fn tally(
         if v["type"] != "trigger" {
             continue;
         }
-        *on_topic
-            .entry((v["job_id"].as_i64().unwrap(), time(&v["fire_time"])))
-            .or_default() += 1;
+        let key = (v["job_id"].as_i64().unwrap(), time(&v["fire_time"]));
+        *on_topic.entry(key).or_default() += 1;
+        let run = v["trigger_id"].as_i64().unwrap();
+        runs_of.entry(key).or_default().insert(run);
+        *copies.entry(run).or_default() += 1;
     }
     let misfired: Vec<(i64, DateTime<Utc>)> =
         sqlx::query_as("SELECT job_id, fire_time FROM triggers WHERE status = 'misfired'")
@@ -281,6 +290,12 @@ pub(crate) async fn tally(
     let misfired: HashSet<(i64, DateTime<Utc>)> = misfired.into_iter().collect();
     let mut t = Tally {
         duplicates: on_topic.values().filter(|n| **n > 1).count(),
+        sent_twice: copies
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(run, _)| run)
+            .collect(),
+        two_runs: runs_of.values().filter(|r| r.len() > 1).count(),
         records: records.len(),
         read_in,
         ..Tally::default()
