@@ -311,6 +311,11 @@ impl Cluster {
             .env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "1")
             .env("NO_COLOR", "1");
+        // `CADENZA_TEST_GROUP_PROTOCOL=consumer` runs the workers of every test on Kafka 4's
+        // consumer group protocol (a test may still choose its own).
+        if let Ok(protocol) = std::env::var("CADENZA_TEST_GROUP_PROTOCOL") {
+            cmd.env("CADENZA_GROUP_PROTOCOL", protocol);
+        }
         apply_env(&mut cmd, extra_env);
         let proc = self.spawn_child(&id, cmd)?;
         Ok(WorkerHandle {
