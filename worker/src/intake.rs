@@ -129,14 +129,13 @@ pub(crate) fn classify(
 impl Intake {
     /// Consume until `shutdown`. Returns as soon as it is cancelled; the caller drains.
     pub(crate) async fn run(&self, shutdown: &CancellationToken) {
-        let mut paused = false;
         loop {
+            let paused = self.paused.get();
             let received = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
                 _ = self.env.in_flight.below_half(), if paused => {
                     self.set_paused(false);
-                    paused = false;
                     continue;
                 }
                 m = self.consumer.recv() => m.map(|m| m.detach()),
@@ -145,7 +144,7 @@ impl Intake {
                 Ok(m) => self.handle(m),
                 Err(e) => self.on_error(e),
             }
-            if self.env.in_flight.is_full() && !paused {
+            if self.env.in_flight.is_full() && !self.paused.get() {
                 // Runs that drain within the grace are waited for without pausing: librdkafka
                 // fetches a resumed partition again only when its broker thread next wakes up,
                 // up to a second later, so a pause costs more than a short wait. The consumer's
@@ -157,9 +156,8 @@ impl Intake {
                 };
                 if !drained {
                     self.set_paused(true);
-                    paused = true;
                 }
-            } else if paused && self.env.in_flight.is_full() {
+            } else if self.paused.get() && self.env.in_flight.is_full() {
                 // Also re-pauses partitions assigned since the last pause.
                 self.set_paused(true);
             }
