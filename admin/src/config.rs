@@ -88,6 +88,28 @@ pub struct AdminConfig {
     #[arg(long, env = "CADENZA_PRODUCER_LINGER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000))]
     pub producer_linger_ms: u64,
 
+    /// How triggers are published: `transactions` (default) or `idempotent`.
+    ///
+    /// `transactions`: through a transactional producer whose id belongs to this admin; an admin
+    /// that takes over a shard fences the previous holder's producer before reading back what it
+    /// left, so nothing a frozen or paused admin still holds can land afterwards, and each
+    /// trigger reaches a `read_committed` reader once. Needs a broker with transactions (Apache
+    /// Kafka); the admin refuses to start without them.
+    ///
+    /// `idempotent`: an idempotent producer whose delivery timeout is shorter than the lease
+    /// margin, and a takeover that waits for the old lease's end plus the margin before reading
+    /// back. Exactly once against an admin that dies, not against one paused past its lease
+    /// (by SIGSTOP, a suspended VM): that one can still send a trigger the new holder has sent
+    /// again. For brokers without transactions. Every admin of a cluster uses the same mode.
+    #[arg(long, env = "CADENZA_PUBLICATION", value_enum, default_value_t = Publication::Transactions)]
+    pub publication: Publication,
+
+    /// With `CADENZA_PUBLICATION=transactions`: how long a transaction gathers triggers before
+    /// it is committed, in ms. A trigger is visible to workers once its transaction commits:
+    /// this plus the commit's round trips after its fire time. Longer saves the broker commits.
+    #[arg(long, env = "CADENZA_PUBLISH_COMMIT_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub publish_commit_ms: u64,
+
     /// How long the broker may hold a fetch of the admin's result ingest when no event is
     /// waiting, in ms (librdkafka's `fetch.wait.max.ms`; the heartbeat consumer waits at least
     /// 250 ms). Apache Kafka answers a fetch as soon as an event arrives, so there this only sets
@@ -129,6 +151,15 @@ pub struct AdminConfig {
 
 /// Longest `CADENZA_LOST_GRACE_MS`: 30 days.
 pub const MAX_LOST_GRACE_MS: u64 = 30 * 24 * 3_600_000;
+
+/// How the admin publishes triggers (`CADENZA_PUBLICATION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Publication {
+    /// Transactional producer, fenced by the admin that takes a shard over.
+    Transactions,
+    /// Idempotent producer and lease timing only (brokers without transactions).
+    Idempotent,
+}
 
 /// Timing of leases, scans and publication.
 #[derive(Debug, Clone, clap::Args)]

@@ -97,6 +97,23 @@ fn new_producer(settings: &KafkaSettings) -> Result<FutureProducer, KafkaError> 
         .create()
 }
 
+/// A transactional producer for triggers with `transactional.id` `id`: idempotent, `acks=all`,
+/// and a transaction that stays open at most `timeout_ms` (the broker aborts it after that).
+pub fn new_transactional_producer(
+    settings: &KafkaSettings,
+    id: &str,
+    timeout_ms: u64,
+) -> Result<FutureProducer, KafkaError> {
+    base_config(&settings.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", settings.linger_ms.to_string())
+        .set("transactional.id", id)
+        .set("transaction.timeout.ms", timeout_ms.to_string())
+        .set("message.timeout.ms", timeout_ms.to_string())
+        .create()
+}
+
 /// A record read back from a trigger topic.
 #[derive(Debug, Clone)]
 pub struct ReadRecord {
@@ -148,6 +165,8 @@ impl KafkaClients {
             .set("enable.partition.eof", "false")
             // A start the broker no longer has (log retention) reads from what it still has.
             .set("auto.offset.reset", "earliest")
+            // Only what was committed: a trigger of an aborted transaction was never published.
+            .set("isolation.level", "read_committed")
             .set("fetch.wait.max.ms", "10");
         let topic = topic.to_owned();
         tokio::task::spawn_blocking(move || {

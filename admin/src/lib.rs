@@ -153,7 +153,9 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         anyhow::bail!("invalid configuration: {problem}");
     }
     let message_timeout_ms = config.scheduler.message_timeout_ms();
-    if config.producer_linger_ms >= message_timeout_ms {
+    if config.publication == config::Publication::Idempotent
+        && config.producer_linger_ms >= message_timeout_ms
+    {
         anyhow::bail!(
             "invalid configuration: CADENZA_PRODUCER_LINGER_MS ({}) must be below the producer's delivery timeout, CADENZA_LEASE_MARGIN_MS - 250 ({message_timeout_ms})",
             config.producer_linger_ms
@@ -212,6 +214,31 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         tokio::spawn(async move { kafka.warn_about_topics(&known).await });
     }
 
+    let leases = Arc::new(scheduler::lease::Leases::default());
+    let txn = match config.publication {
+        config::Publication::Idempotent => {
+            tracing::warn!("CADENZA_PUBLICATION=idempotent: an admin paused past its lease (SIGSTOP, a suspended VM) can still send a trigger its successor has sent again; use transactions where the broker has them");
+            None
+        }
+        config::Publication::Transactions => {
+            let id = scheduler::txn::TxnProducer::id_for(&config.topic_prefix, admin_id.as_str());
+            match scheduler::txn::TxnProducer::start(
+                kafka.settings.clone(),
+                id,
+                config.scheduler.lease_ttl(),
+                Duration::from_millis(config.publish_commit_ms),
+                leases.clone(),
+            )
+            .await
+            {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => anyhow::bail!(
+                    "refusing to start: the broker did not accept a transactional producer ({e}); triggers are published in transactions so that a paused admin cannot send a trigger twice. With a broker that has no transactions, set CADENZA_PUBLICATION=idempotent on every admin (weaker: see the README)"
+                ),
+            }
+        }
+    };
+
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     tracing::info!(admin_id = %admin_id, listen = %listener.local_addr()?, shards = shard_count, "admin started");
     if config.api_token.is_none() {
@@ -230,7 +257,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         admin_id: admin_id.clone(),
         shard_count,
         config: config.scheduler.clone(),
-        leases: Arc::new(scheduler::lease::Leases::default()),
+        leases,
         clock: Arc::new(scheduler::clock::DbClock::default()),
         wheel: Arc::new(scheduler::wheel::Wheel::default()),
         lateness: Arc::default(),
@@ -239,6 +266,8 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         router: route::Router::default(),
         read_back: tokio::sync::Mutex::new(()),
         catch_ups: Default::default(),
+        txn,
+        fences: Default::default(),
     });
     let released = scheduler::spawn(ctx, &tracker, shutdown.clone());
     // Steps 2 → 3: ingest stops only once the scheduler has released its shards.

@@ -241,6 +241,10 @@ impl Cluster {
             .env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "1")
             .env("NO_COLOR", "1");
+        if crate::broker::BrokerKind::selected() == crate::broker::BrokerKind::Tansu {
+            // Tansu has no transactions: the weaker mode, chosen explicitly.
+            cmd.env("CADENZA_PUBLICATION", "idempotent");
+        }
         apply_env(&mut cmd, extra_env);
         let proc = self.spawn_child(&id, cmd)?;
         let api = ApiClient::new(format!("http://{listen}"), Some(self.token.clone()))?;

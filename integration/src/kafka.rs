@@ -194,6 +194,8 @@ fn throwaway_consumer(bootstrap: &str) -> Result<BaseConsumer> {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")
         .set("auto.offset.reset", "earliest")
+        // What a worker reads: records of aborted transactions are not there.
+        .set("isolation.level", "read_committed")
         .set("allow.auto.create.topics", "false")
         .set("fetch.wait.max.ms", "10")
         .create()

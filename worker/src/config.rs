@@ -261,6 +261,9 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
+        // Triggers are published in transactions: one of an aborted transaction is never run
+        // (librdkafka's default too; set so that no override turns it off unnoticed).
+        .set("isolation.level", "read_committed")
         // The test broker (Tansu) answers a waiting fetch only at its next look for records,
         // after half the remaining wait: this bounds how long a trigger can wait there before
         // the worker sees it (librdkafka's default is 500 ms).

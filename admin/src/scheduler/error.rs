@@ -33,6 +33,9 @@ pub enum SchedulerError {
         #[source]
         source: BoxError,
     },
+    /// The producers of a shard's earlier holders could not be fenced.
+    #[error("fencing earlier holders: {0}")]
+    Fence(String),
     /// A record could not be encoded.
     #[error("encoding a record: {0}")]
     Encode(#[from] serde_json::Error),

@@ -137,14 +137,25 @@ impl Leases {
         self.term(shard).map(|t| t.epoch)
     }
 
+    /// The epoch `shard` is held at, valid or not.
+    pub fn held_epoch(&self, shard: ShardId) -> Option<LeaseEpoch> {
+        self.read(|v| v.held.get(&shard).copied())
+    }
+
     /// Number of shards held (valid or not).
     pub fn count(&self) -> usize {
         self.read(|v| v.held.len())
     }
+
+    /// Stops acting on every held lease until the next renewal confirms them (this admin's
+    /// producer was fenced: another admin took a shard of it over).
+    pub fn distrust(&self) {
+        self.write(|v| v.valid_until = None);
+    }
 }
 
 /// A shard taken in a round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acquired {
     pub shard: ShardId,
     pub epoch: LeaseEpoch,
@@ -153,6 +164,8 @@ pub struct Acquired {
     pub settle: Duration,
     /// The acquiring transaction's `now()`: earlier holders marked their runs before it.
     pub at: DateTime<Utc>,
+    /// Transactional ids of earlier holders to fence before reading back what they left.
+    pub fence: Vec<String>,
 }
 
 /// What one round changed.
@@ -244,14 +257,15 @@ impl LeaseManager {
         }
         let mut acquired = Vec::new();
         if now_held.len() < share {
-            let rows: Vec<(i32, LeaseEpoch, DateTime<Utc>, DateTime<Utc>)> =
+            let rows: Vec<(i32, LeaseEpoch, DateTime<Utc>, DateTime<Utc>, Vec<String>)> =
                 sqlx::query_as(sql!("lease/acquire"))
                     .bind(&ctx.admin_id)
                     .bind(ttl_ms)
                     .bind((share - now_held.len()) as i64)
+                    .bind(ctx.txn.as_ref().map(|t| t.id()))
                     .fetch_all(&ctx.pool)
                     .await?;
-            for (shard, epoch, previous_expiry, db_now) in rows {
+            for (shard, epoch, previous_expiry, db_now, fence) in rows {
                 let settle_at = previous_expiry.max(DateTime::<Utc>::MIN_UTC)
                     + chrono::Duration::milliseconds(cfg.lease_margin_ms as i64);
                 let settle = (settle_at - db_now).to_std().unwrap_or(Duration::ZERO);
@@ -268,6 +282,7 @@ impl LeaseManager {
                     epoch,
                     settle,
                     at: db_now,
+                    fence,
                 });
             }
         }
@@ -291,9 +306,16 @@ impl LeaseManager {
             super::recover::hand_back(ctx, &handed).await;
         }
         if !released.is_empty() {
+            // Out of the view above, so nothing of them is sent any more; what was sent is
+            // decided before they go, so their next holder need not fence this admin.
+            let decided = match &ctx.txn {
+                Some(txn) => txn.barrier(cfg.lease_margin()).await,
+                None => false,
+            };
             sqlx::query(sql!("lease/release"))
                 .bind(&ctx.admin_id)
                 .bind(ShardId::to_db_all(&released))
+                .bind(decided)
                 .execute(&ctx.pool)
                 .await?;
         }
@@ -395,21 +417,40 @@ impl LeaseManager {
                 tracing::error!(error = %e, "loading pending triggers of acquired shards failed; will retry")
             }
         }
-        if let Some(settle) = acquired.iter().map(|a| a.settle).max() {
-            let ctx = self.ctx.clone();
-            let shards: Vec<ShardId> = acquired.iter().map(|a| a.shard).collect();
-            let shutdown = shutdown.clone();
+        if acquired.is_empty() {
+            return;
+        }
+        let ctx = self.ctx.clone();
+        let shards: Vec<ShardId> = acquired.iter().map(|a| a.shard).collect();
+        let shutdown = shutdown.clone();
+        if ctx.txn.is_some() {
+            // Nothing an earlier holder sent can land once its producer is fenced: read back
+            // right after, whatever the clocks say.
+            ctx.fences
+                .add(acquired.iter().map(|a| (a.shard, a.epoch, a.fence.clone())));
             tokio::spawn(async move {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(settle) => {}
+                if let Err(e) = super::recover::fence_earlier_holders(&ctx).await {
+                    tracing::warn!(error = %e, "fencing the producers of earlier holders failed; the sweep retries before it reads their runs back");
+                    return;
                 }
                 let which = super::recover::ReadBack::AfterTakeover;
                 if let Err(e) = super::recover::resolve_publishing(&ctx, &shards, which).await {
                     tracing::warn!(error = %e, "resolving triggers left publishing failed; the sweep retries");
                 }
             });
+            return;
         }
+        let settle = acquired.iter().map(|a| a.settle).max().unwrap_or_default();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(settle) => {}
+            }
+            let which = super::recover::ReadBack::AfterTakeover;
+            if let Err(e) = super::recover::resolve_publishing(&ctx, &shards, which).await {
+                tracing::warn!(error = %e, "resolving triggers left publishing failed; the sweep retries");
+            }
+        });
     }
 
     /// Gives every held shard back and leaves the `admins` table (shutdown).
@@ -427,10 +468,15 @@ impl LeaseManager {
             super::recover::hand_back(&self.ctx, &dropped).await;
         }
         crate::metrics::metrics().shards_held.set(0);
+        let decided = match &self.ctx.txn {
+            Some(txn) => txn.barrier(self.ctx.config.lease_margin()).await,
+            None => false,
+        };
         if !shards.is_empty() {
             match sqlx::query(sql!("lease/release"))
                 .bind(&self.ctx.admin_id)
                 .bind(&shards)
+                .bind(decided)
                 .execute(&self.ctx.pool)
                 .await
             {

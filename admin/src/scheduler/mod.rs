@@ -23,6 +23,7 @@ pub mod lost;
 pub mod publish;
 pub mod recover;
 pub mod scan;
+pub mod txn;
 pub mod wheel;
 
 use std::sync::Arc;
@@ -69,6 +70,11 @@ pub struct SchedulerContext {
     pub read_back: tokio::sync::Mutex<()>,
     /// Late runs of `fire_once_now` jobs sent as their catch-up (the publisher's misfire rule).
     pub catch_ups: publish::CatchUps,
+    /// The transactional producer triggers are published through (`None`:
+    /// `CADENZA_PUBLICATION=idempotent`).
+    pub txn: Option<Arc<txn::TxnProducer>>,
+    /// Acquired shards whose earlier holders' producers are still to be fenced.
+    pub fences: txn::Fences,
 }
 
 /// Starts the scheduler's loops on `tracker`; they stop when `shutdown` is cancelled, after
@@ -88,6 +94,13 @@ pub fn spawn(
         let stop = stop_publishing.clone();
         tracker.spawn(async move { publisher.run(stop).await })
     };
+    // The committer outlives the publisher: shards are handed back once what was sent in them
+    // is decided.
+    let stop_committing = CancellationToken::new();
+    if let Some(txn) = ctx.txn.clone() {
+        let stop = stop_committing.clone();
+        tracker.spawn(async move { txn.run(stop).await });
+    }
     // Scanners claim disjoint jobs (`SKIP LOCKED`), so one scan's transaction overlaps the next.
     for _ in 0..scan::SCANNERS {
         tracker.spawn(scan::Scanner::new(ctx.clone()).run(shutdown.clone()));
@@ -103,5 +116,6 @@ pub fn spawn(
             tracing::error!(error = %e, "publisher task failed");
         }
         lease_mgr.release_all().await;
+        stop_committing.cancel();
     })
 }

@@ -49,6 +49,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::lease::{self, Term};
+use super::txn::TxnSend;
 use super::{SchedulerContext, SchedulerError};
 use crate::guard;
 use crate::ids::{LeaseEpoch, ShardId};
@@ -115,6 +116,8 @@ struct Sent {
     sent_at: DateTime<Utc>,
     job_type: JobType,
     delivery: DeliveryFuture,
+    /// The transaction it went into (with transactions): published once that commits.
+    generation: Option<u64>,
     span: tracing::Span,
 }
 
@@ -635,7 +638,9 @@ async fn produce(
     } = batch;
     let topics = ctx.kafka.topics();
     let mut unsent = 0;
-    ctx.kafka.renew_producer_if_fatal();
+    if ctx.txn.is_none() {
+        ctx.kafka.renew_producer_if_fatal();
+    }
     let producer = ctx.kafka.producer();
     for Routed {
         trigger: t,
@@ -665,36 +670,92 @@ async fn produce(
         // and trusts that lease by its own clock: a shard handed back or lost (and perhaps
         // taken again at a new epoch) while the run waited for its fire time is left to the
         // read-back of its holder. Checked last, right before the record is handed over.
-        let held = ctx.leases.term(t.shard).is_some_and(|now| {
-            now.epoch == term.epoch && std::time::Instant::now() < now.trusted_until
-        });
-        if !held {
-            unsent += 1;
-            continue;
-        }
-        match producer.send_result(record) {
-            Ok(delivery) => {
-                // The receiver (`record`) lives as long as this batch.
-                let _ = sends.send(Sent {
-                    id: t.id.0,
-                    fire_time: t.fire_time,
-                    sent_at: now,
-                    job_type: t.job_type.clone(),
+        let held = || {
+            let held = ctx.leases.term(t.shard).is_some_and(|now| {
+                now.epoch == term.epoch && std::time::Instant::now() < now.trusted_until
+            });
+            #[cfg(debug_assertions)]
+            if held {
+                test_pause::before_send(&t.job_type);
+            }
+            held
+        };
+        let (delivery, generation) = match &ctx.txn {
+            // With transactions the check is made where no commit can begin before the send.
+            Some(txn) => match txn.send(record, held).await {
+                TxnSend::Sent {
                     delivery,
-                    span,
-                });
+                    generation,
+                } => (delivery, Some(generation)),
+                TxnSend::NotHeld => {
+                    unsent += 1;
+                    continue;
+                }
+                TxnSend::Failed(e) => {
+                    tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
+                    unsent += 1;
+                    continue;
+                }
+            },
+            None => {
+                if !held() {
+                    unsent += 1;
+                    continue;
+                }
+                match producer.send_result(record) {
+                    Ok(delivery) => (delivery, None),
+                    Err((e, _)) => {
+                        tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
+                        unsent += 1;
+                        continue;
+                    }
+                }
             }
-            Err((e, _)) => {
-                tracing::warn!(trigger_id = t.id.0, error = %e, "could not enqueue");
-                unsent += 1;
-            }
-        }
+        };
+        // The receiver (`record`) lives as long as this batch.
+        let _ = sends.send(Sent {
+            id: t.id.0,
+            fire_time: t.fire_time,
+            sent_at: now,
+            job_type: t.job_type.clone(),
+            delivery,
+            generation,
+            span,
+        });
     }
     if unsent > 0 {
         tracing::warn!(count = unsent, "not sent (lease ran out, shard no longer held at the epoch they were marked under, or producer refused); the rows stay publishing and are resolved by read-back");
     }
     outcome.failed = unsent;
     Ok(outcome)
+}
+
+/// A pause point for the tests, in debug builds only: with
+/// `CADENZA_TEST_FREEZE_BEFORE_SEND=<job type>`, the admin stops itself (SIGSTOP) the first time
+/// it is about to send a run of that job type, after its lease check, as an admin paused by its
+/// host at the worst moment would. The test resumes it with SIGCONT.
+#[cfg(debug_assertions)]
+mod test_pause {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+
+    use cadenza_schemas::JobType;
+
+    pub fn before_send(job_type: &JobType) {
+        static WANTED: OnceLock<Option<String>> = OnceLock::new();
+        static DONE: AtomicBool = AtomicBool::new(false);
+        let wanted = WANTED.get_or_init(|| std::env::var("CADENZA_TEST_FREEZE_BEFORE_SEND").ok());
+        if wanted.as_deref() == Some(job_type.as_str()) && !DONE.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                job_type = job_type.as_str(),
+                "test pause point: this admin stops itself before its send"
+            );
+            let _ = std::process::Command::new("kill")
+                .args(["-STOP", &std::process::id().to_string()])
+                .status();
+            tracing::warn!("test pause point: resumed");
+        }
+    }
 }
 
 /// The `publish` span of a run, where its trace starts (`Span::none()` unless spans are
@@ -766,10 +827,15 @@ async fn record(
         sent_at,
         job_type,
         delivery,
+        generation,
         span,
     }) = sends.recv().await
     {
         match delivery.await {
+            Ok(Ok(_)) if !committed(ctx, generation).await => {
+                span.record("otel.status_code", "ERROR");
+                outcome.failed += 1;
+            }
             Ok(Ok(d)) => {
                 span.record("offset", d.offset);
                 delivered.ids.push(id);
@@ -812,6 +878,15 @@ async fn record(
             .inc();
     }
     outcome
+}
+
+/// Whether a send acknowledged by the broker is published: at once without transactions, once
+/// its transaction committed with them (an aborted one's records are never read).
+async fn committed(ctx: &SchedulerContext, generation: Option<u64>) -> bool {
+    match (&ctx.txn, generation) {
+        (Some(txn), Some(g)) => txn.outcome(g).await,
+        _ => true,
+    }
 }
 
 /// What awaiting a batch's acknowledgements found.

@@ -195,7 +195,12 @@ pub async fn resolve_publishing(
             }
         },
     };
-    let terms: Vec<_> = shards.iter().filter_map(|s| ctx.leases.term(*s)).collect();
+    // Not where an earlier holder's producer may still send (not fenced yet).
+    let terms: Vec<_> = shards
+        .iter()
+        .filter(|s| !ctx.fences.blocks(**s))
+        .filter_map(|s| ctx.leases.term(*s))
+        .collect();
     let Some(first) = terms.first().map(|t| t.shard) else {
         return Ok(Resolved::default());
     };
@@ -417,6 +422,56 @@ async fn read_back_partition(
     Ok(found)
 }
 
+/// Fences the producers of the earlier holders of the shards acquired (and waits for what this
+/// admin itself sent in them before, if it held them at an earlier epoch), then clears them from
+/// the leases: from here on nothing an earlier holder sent can land, so what they left
+/// `publishing` can be read back.
+pub async fn fence_earlier_holders(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
+    let Some(txn) = &ctx.txn else {
+        return Ok(());
+    };
+    // Shards given up since are their new holder's to fence.
+    let (pending, gone): (Vec<_>, Vec<_>) = ctx
+        .fences
+        .pending()
+        .into_iter()
+        .partition(|(s, e, _)| ctx.leases.held_epoch(*s) == Some(*e));
+    ctx.fences
+        .done(&gone.iter().map(|(s, e, _)| (*s, *e)).collect::<Vec<_>>());
+    if pending.is_empty() {
+        return Ok(());
+    }
+    if !txn.barrier(ctx.config.lease_ttl()).await {
+        return Err(SchedulerError::Fence(
+            "this admin's own earlier sends are not decided yet".into(),
+        ));
+    }
+    let mut ids: Vec<String> = pending.iter().flat_map(|(_, _, ids)| ids.clone()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    txn.fence(&ids)
+        .await
+        .map_err(|e| SchedulerError::Fence(e.to_string()))?;
+    let (shards, epochs): (Vec<i32>, Vec<LeaseEpoch>) =
+        pending.iter().map(|(s, e, _)| (s.to_db(), *e)).unzip();
+    sqlx::query(sql!("lease/fenced"))
+        .bind(&ctx.admin_id)
+        .bind(&shards)
+        .bind(&epochs)
+        .execute(&ctx.pool)
+        .await?;
+    let done: Vec<(ShardId, LeaseEpoch)> = pending.iter().map(|(s, e, _)| (*s, *e)).collect();
+    ctx.fences.done(&done);
+    if !ids.is_empty() {
+        tracing::info!(
+            producers = ids.len(),
+            shards = done.len(),
+            "earlier holders fenced"
+        );
+    }
+    Ok(())
+}
+
 /// Writes a fence record to a partition; returns its offset.
 async fn write_fence(
     ctx: &SchedulerContext,
@@ -484,7 +539,13 @@ async fn sweep(ctx: &SchedulerContext) -> Result<(), SchedulerError> {
         .fetch_all(&ctx.pool)
         .await?;
     ctx.wheel.insert(rows_to_pending(rows));
-    // A send settles within the producer's timeout, shorter than the margin.
+    // A send settles within the producer's timeout, shorter than the margin (or, with
+    // transactions, once its transaction is decided, which the read-back waits for).
+    if !ctx.fences.pending().is_empty() {
+        if let Err(e) = fence_earlier_holders(ctx).await {
+            tracing::warn!(error = %e, "fencing the producers of earlier holders failed; their runs are read back once it works");
+        }
+    }
     resolve_publishing(ctx, &held, ReadBack::Settled).await?;
     settle_marks(ctx, &held).await?;
     Ok(())

@@ -66,6 +66,9 @@ async fn context(cluster: &Cluster) -> (Arc<SchedulerContext>, PgPool) {
         router: Default::default(),
         read_back: tokio::sync::Mutex::new(()),
         catch_ups: Default::default(),
+        // The read-back itself, as without transactions (no producer to fence here).
+        txn: None,
+        fences: Default::default(),
     });
     (ctx, pool)
 }
