@@ -168,6 +168,10 @@ pub struct Acquired {
     pub fence: Vec<String>,
 }
 
+/// A row of `lease/acquire`: shard, new epoch, the previous lease's end, the database's `now()`,
+/// and the producers to fence.
+type AcquiredRow = (i32, LeaseEpoch, DateTime<Utc>, DateTime<Utc>, Vec<String>);
+
 /// What one round changed.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct LeaseChange {
@@ -257,14 +261,13 @@ impl LeaseManager {
         }
         let mut acquired = Vec::new();
         if now_held.len() < share {
-            let rows: Vec<(i32, LeaseEpoch, DateTime<Utc>, DateTime<Utc>, Vec<String>)> =
-                sqlx::query_as(sql!("lease/acquire"))
-                    .bind(&ctx.admin_id)
-                    .bind(ttl_ms)
-                    .bind((share - now_held.len()) as i64)
-                    .bind(ctx.txn.as_ref().map(|t| t.id()))
-                    .fetch_all(&ctx.pool)
-                    .await?;
+            let rows: Vec<AcquiredRow> = sqlx::query_as(sql!("lease/acquire"))
+                .bind(&ctx.admin_id)
+                .bind(ttl_ms)
+                .bind((share - now_held.len()) as i64)
+                .bind(ctx.txn.as_ref().map(|t| t.id()))
+                .fetch_all(&ctx.pool)
+                .await?;
             for (shard, epoch, previous_expiry, db_now, fence) in rows {
                 let settle_at = previous_expiry.max(DateTime::<Utc>::MIN_UTC)
                     + chrono::Duration::milliseconds(cfg.lease_margin_ms as i64);

@@ -108,7 +108,19 @@ impl TxnProducer {
         commit_every: Duration,
         leases: Arc<Leases>,
     ) -> Result<Self, KafkaError> {
-        let producer = init(&settings, &id, timeout).await?;
+        // A broker just started may still be loading its transaction coordinators: a retriable
+        // refusal is asked again for up to a minute.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let producer = loop {
+            match init(&settings, &id, timeout).await {
+                Ok(p) => break p,
+                Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
+                    tracing::info!(error = %e, "the broker is not ready for transactions yet; retrying");
+                    tokio::time::sleep(REINIT_PAUSE).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         Ok(Self {
             id,
             settings,
@@ -212,9 +224,21 @@ impl TxnProducer {
             let timeout = self.timeout;
             // Registering the id again bumps its epoch: the broker aborts what the old
             // producer left open and refuses it from then on. This one is dropped right after.
-            tokio::task::spawn_blocking(move || producer.init_transactions(timeout))
-                .await
-                .map_err(|_| KafkaError::Canceled)??;
+            // A retriable refusal (coordinator moving or loading) is asked again, a few times.
+            tokio::task::spawn_blocking(move || {
+                let mut tries = 0;
+                loop {
+                    match producer.init_transactions(timeout) {
+                        Err(e) if transient(&e) && tries < 5 => {
+                            tries += 1;
+                            std::thread::sleep(REINIT_PAUSE);
+                        }
+                        other => return other,
+                    }
+                }
+            })
+            .await
+            .map_err(|_| KafkaError::Canceled)??;
             tracing::info!(transactional_id = %id, "fenced the producer of an earlier holder");
         }
         Ok(())
@@ -367,6 +391,25 @@ fn needs_abort(e: &KafkaError) -> bool {
 
 fn is_retriable(e: &KafkaError) -> bool {
     rd(e).is_some_and(|r| r.is_retriable() && !r.is_fatal())
+}
+
+/// Whether `e` may go away if asked again: retriable, or the transaction coordinator moving,
+/// loading or out of reach.
+fn transient(e: &KafkaError) -> bool {
+    is_retriable(e)
+        || matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::CoordinatorLoadInProgress
+                    | RDKafkaErrorCode::CoordinatorNotAvailable
+                    | RDKafkaErrorCode::NotCoordinator
+                    | RDKafkaErrorCode::ConcurrentTransactions
+                    | RDKafkaErrorCode::RequestTimedOut
+                    | RDKafkaErrorCode::OperationTimedOut
+                    | RDKafkaErrorCode::BrokerTransportFailure
+                    | RDKafkaErrorCode::AllBrokersDown
+            )
+        )
 }
 
 /// Whether `e` says another producer took this one's id (or epoch) over.

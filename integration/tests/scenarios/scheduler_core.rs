@@ -551,7 +551,9 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
             handle.pause().unwrap();
             let took = wait_taken_over(&pool, &id, t0).await;
             max_takeover = max_takeover.max(took);
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Frozen on past the takeover (longer than the lease TTL in all): its successor has
+            // fenced its producer and read back what it left before it wakes.
+            tokio::time::sleep(Duration::from_millis(rng.random_range(500..3000))).await;
             handle.resume().unwrap();
             pauses += 1;
         } else {
@@ -588,8 +590,8 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
     let read_timeout = Duration::from_secs(60 + secs);
     let t = tally(&cluster, &pool, &jobs, until, read_timeout).await;
     println!(
-        "chaos {secs} s ({} partitions): {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, lost {}, max takeover {max_takeover:?}; {} records read to the end in {:?}",
-        partitions[0].1, t.expected, t.published, t.misfired, t.duplicates, t.lost, t.records, t.read_in
+        "chaos {secs} s ({} partitions): {kills} kills, {pauses} pauses; expected {}, published {}, misfired {}, duplicates {}, runs sent twice {}, lost {}, max takeover {max_takeover:?}; {} records read to the end in {:?}",
+        partitions[0].1, t.expected, t.published, t.misfired, t.duplicates, t.sent_twice.len(), t.lost, t.records, t.read_in
     );
     // Every run of the job that prints a NUL ends, as do the runs after it.
     let nul_runs = wait_for(
@@ -629,6 +631,14 @@ async fn every_fire_time_once_while_admins_are_killed_and_paused() {
         t.lost, 0,
         "G1: fire times neither published nor misfired: {t:?}"
     );
+    // With transactions (Apache Kafka) a paused admin's late send is refused as well: no run is
+    // on the topic twice. Without them (Tansu) one can land after its successor's read-back.
+    if BrokerKind::selected() == BrokerKind::Kafka {
+        assert!(
+            t.sent_twice.is_empty(),
+            "G2: runs on the trigger topic twice for a read_committed reader: {t:?}"
+        );
+    }
     assert!(
         max_takeover <= TAKEOVER_BOUND,
         "G5: takeover took {max_takeover:?}"
