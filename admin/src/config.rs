@@ -105,9 +105,10 @@ pub struct AdminConfig {
     pub publication: Publication,
 
     /// With `CADENZA_PUBLICATION=transactions`: how long a transaction gathers triggers before
-    /// it is committed, in ms. A trigger is visible to workers once its transaction commits:
-    /// this plus the commit's round trips after its fire time. Longer saves the broker commits.
-    #[arg(long, env = "CADENZA_PUBLISH_COMMIT_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    /// it is committed, in ms. A trigger is visible to workers once its transaction commits: up
+    /// to this plus the commit's round trips after its fire time. Each commit costs the broker
+    /// (transaction log writes and a marker on every partition written): shorter costs it more.
+    #[arg(long, env = "CADENZA_PUBLISH_COMMIT_MS", default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1_000))]
     pub publish_commit_ms: u64,
 
     /// How long the broker may hold a fetch of the admin's result ingest when no event is

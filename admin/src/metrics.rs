@@ -65,6 +65,10 @@ pub struct AdminMetrics {
     pub fire_lateness: Histogram,
     /// Duration of one scan batch (claim due jobs, write their runs).
     pub scan_duration: Histogram,
+    /// Duration of each commit (or abort) of a publication transaction.
+    pub publish_commit: Histogram,
+    /// Publication transactions by outcome (`committed`, `aborted`, `failed`).
+    pub publish_transactions: Family<OutcomeLabel, Counter>,
     /// Jobs claimed per scan batch.
     pub scan_jobs: Histogram,
     /// How long ago the earliest trigger waiting in the timer was due to be taken for
@@ -103,6 +107,8 @@ impl AdminMetrics {
             published: Family::default(),
             fire_lateness: latency_histogram(),
             scan_duration: latency_histogram(),
+            publish_commit: latency_histogram(),
+            publish_transactions: Family::default(),
             scan_jobs: Histogram::new(exponential_buckets(1.0, 4.0, 8)),
             publication_behind: Gauge::default(),
             shards_held: Gauge::default(),
@@ -127,6 +133,17 @@ impl AdminMetrics {
             "Publish time minus fire time of each published trigger",
             Unit::Seconds,
             m.fire_lateness.clone(),
+        );
+        registry.register_with_unit(
+            "publish_commit_duration",
+            "Duration of each commit of a publication transaction (CADENZA_PUBLICATION=transactions)",
+            Unit::Seconds,
+            m.publish_commit.clone(),
+        );
+        registry.register(
+            "publish_transactions",
+            "Publication transactions ended, by outcome: committed, aborted (their triggers are read back and sent again), failed (the producer was fenced or broke and was made ready again)",
+            m.publish_transactions.clone(),
         );
         registry.register_with_unit(
             "scan_duration",

@@ -264,9 +264,10 @@ pub fn consumer_client_config(config: &WorkerConfig) -> ClientConfig {
         // Triggers are published in transactions: one of an aborted transaction is never run
         // (librdkafka's default too; set so that no override turns it off unnoticed).
         .set("isolation.level", "read_committed")
-        // The test broker (Tansu) answers a waiting fetch only at its next look for records,
-        // after half the remaining wait: this bounds how long a trigger can wait there before
-        // the worker sees it (librdkafka's default is 500 ms).
+        // Apache Kafka answers a waiting fetch as soon as a trigger arrives, so this only sets
+        // how often an idle worker asks; a broker that answers only at its next look for
+        // records (Tansu, after half the remaining wait) holds a trigger up to about half of it
+        // (librdkafka's default is 500 ms).
         .set("fetch.wait.max.ms", millis(config.fetch_wait))
         // The worker creates its trigger topics before it subscribes; one it could not create
         // (the admin creates it when a job type first appears) is picked up quickly.

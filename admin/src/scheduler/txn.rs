@@ -36,6 +36,8 @@ use crate::kafka::{new_transactional_producer, KafkaSettings};
 /// Outcomes of this many recent transactions are kept; an older one asked for counts as aborted
 /// (its runs are read back).
 const OUTCOMES_KEPT: usize = 4_096;
+/// How often a commit looks whether the transaction's sends are all acknowledged.
+const FLUSH_STEP: Duration = Duration::from_micros(500);
 /// Pause between two attempts to make a producer usable again.
 const REINIT_PAUSE: Duration = Duration::from_secs(1);
 
@@ -282,15 +284,32 @@ impl TxnProducer {
             None => Ended::Aborted("no usable producer".into()),
             Some(producer) => {
                 let timeout = self.timeout;
-                tokio::task::spawn_blocking(move || end(&producer, timeout))
+                let started = std::time::Instant::now();
+                let ended = tokio::task::spawn_blocking(move || end(&producer, timeout))
                     .await
                     .unwrap_or_else(|e| Ended::Broken {
                         error: format!("the commit task failed: {e}"),
                         fenced: false,
-                    })
+                    });
+                crate::metrics::metrics()
+                    .publish_commit
+                    .observe(started.elapsed().as_secs_f64());
+                tracing::debug!(generation, ms = started.elapsed().as_millis() as u64, "transaction ended");
+                ended
             }
         };
         let committed = matches!(ended, Ended::Committed);
+        let outcome = match ended {
+            Ended::Committed => "committed",
+            Ended::Aborted(_) => "aborted",
+            Ended::Broken { .. } => "failed",
+        };
+        crate::metrics::metrics()
+            .publish_transactions
+            .get_or_create(&crate::metrics::OutcomeLabel {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
         match ended {
             Ended::Committed => {}
             Ended::Aborted(e) => {
@@ -359,6 +378,14 @@ async fn init(
 
 /// Commits the open transaction (aborting it when the commit fails), then opens the next.
 fn end(producer: &FutureProducer, timeout: Duration) -> Ended {
+    // The commit flushes first, and rust-rdkafka's flush waits for an event in steps of up to
+    // 100 ms that the producer's own polling thread may already have taken: waiting here for the
+    // sends to be acknowledged lets the commit find nothing to flush (a commit then takes a
+    // round trip or two, not 100 ms).
+    let deadline = std::time::Instant::now() + timeout;
+    while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(FLUSH_STEP);
+    }
     let ended = match producer.commit_transaction(timeout) {
         Ok(()) => Ended::Committed,
         Err(e) if needs_abort(&e) || is_retriable(&e) => {
