@@ -54,15 +54,19 @@ pub enum TxnSend {
     Failed(String),
 }
 
-/// The admin's transactional producer and its committer.
+/// The admin's two transactional producers and their committer. Transaction `g` is open on
+/// producer `g % 2`: while one commits, sends go into the other, so a commit holds no send up.
 pub struct TxnProducer {
+    /// The admin's id; its producers are `<id>.0` and `<id>.1`.
     id: String,
     settings: KafkaSettings,
     timeout: Duration,
     commit_every: Duration,
-    /// `None` while it is being made usable again.
-    producer: RwLock<Option<FutureProducer>>,
-    /// The generation of the open transaction.
+    /// Each `None` while it is being made usable again. A send holds its producer's read lock
+    /// from its check to its handover; the committer takes the write lock to close a
+    /// generation to sends.
+    producers: [RwLock<Option<FutureProducer>>; 2],
+    /// The generation of the open transaction (on `producers[generation % 2]`).
     generation: AtomicU64,
     /// Something was sent in the open transaction.
     pending: AtomicBool,
@@ -70,7 +74,7 @@ pub struct TxnProducer {
     /// Every generation up to this one is decided.
     decided: watch::Sender<u64>,
     outcomes: Mutex<VecDeque<(u64, bool)>>,
-    /// Told when the broker refuses this producer as fenced.
+    /// Told when the broker refuses this admin's producer as fenced.
     leases: Arc<Leases>,
 }
 
@@ -96,13 +100,19 @@ impl Ended {
 }
 
 impl TxnProducer {
-    /// The transactional id of an admin's producer.
+    /// The id of an admin's producers, written on its leases (the producers are `<id>.0` and
+    /// `<id>.1`).
     pub fn id_for(topic_prefix: &str, admin_id: &str) -> String {
         format!("{topic_prefix}.admin.{admin_id}")
     }
 
-    /// Creates the producer and registers its id with the broker (fencing an earlier process
-    /// of the same admin id). Fails when the broker has no transactions.
+    /// The `transactional.id` of producer `k` of the admin whose id is `id`.
+    fn producer_id(id: &str, k: u64) -> String {
+        format!("{id}.{k}")
+    }
+
+    /// Creates the producers and registers their ids with the broker (fencing an earlier
+    /// process of the same admin id). Fails when the broker has no transactions.
     pub async fn start(
         settings: KafkaSettings,
         id: String,
@@ -113,22 +123,17 @@ impl TxnProducer {
         // A broker just started may still be loading its transaction coordinators: a retriable
         // refusal is asked again for up to a minute.
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        let producer = loop {
-            match init(&settings, &id, timeout).await {
-                Ok(p) => break p,
-                Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
-                    tracing::info!(error = %e, "the broker is not ready for transactions yet; retrying");
-                    tokio::time::sleep(REINIT_PAUSE).await;
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let first =
+            init_patiently(&settings, &Self::producer_id(&id, 0), timeout, deadline).await?;
+        let second =
+            init_patiently(&settings, &Self::producer_id(&id, 1), timeout, deadline).await?;
+        let producers = [RwLock::new(Some(first)), RwLock::new(Some(second))];
         Ok(Self {
             id,
             settings,
             timeout,
             commit_every,
-            producer: RwLock::new(Some(producer)),
+            producers,
             generation: AtomicU64::new(1),
             pending: AtomicBool::new(false),
             wake: Notify::new(),
@@ -138,13 +143,17 @@ impl TxnProducer {
         })
     }
 
-    /// This producer's `transactional.id`.
+    /// This admin's producer id, as written on its leases.
     pub fn id(&self) -> &str {
         &self.id
     }
 
-    /// Sends `record` in the open transaction if `may_send` (asked right before, while no
-    /// commit can start) says so.
+    fn slot(&self, generation: u64) -> &RwLock<Option<FutureProducer>> {
+        &self.producers[(generation % 2) as usize]
+    }
+
+    /// Sends `record` in the open transaction if `may_send` (asked right before, while that
+    /// transaction cannot be closed) says so.
     pub async fn send<K, P>(
         &self,
         record: FutureRecord<'_, K, P>,
@@ -154,14 +163,21 @@ impl TxnProducer {
         K: ToBytes + ?Sized,
         P: ToBytes + ?Sized,
     {
-        let slot = self.producer.read().await;
+        // The generation can move on while this waits for its producer's lock: then the other
+        // producer holds the open transaction.
+        let (generation, slot) = loop {
+            let generation = self.generation.load(Ordering::SeqCst);
+            let slot = self.slot(generation).read().await;
+            if self.generation.load(Ordering::SeqCst) == generation {
+                break (generation, slot);
+            }
+        };
         let Some(producer) = slot.as_ref() else {
             return TxnSend::Failed("the transactional producer is being replaced".into());
         };
         if !may_send() {
             return TxnSend::NotHeld;
         }
-        let generation = self.generation.load(Ordering::SeqCst);
         match producer.send_result(record) {
             Ok(delivery) => {
                 if !self.pending.swap(true, Ordering::SeqCst) {
@@ -194,12 +210,12 @@ impl TxnProducer {
     pub async fn barrier(&self, within: Duration) -> bool {
         // Under the write lock no send is between its check and its handover, so every send
         // made before this call has its generation and has marked it pending.
-        let (generation, pending) = {
-            let _no_send = self.producer.write().await;
-            (
-                self.generation.load(Ordering::SeqCst),
-                self.pending.load(Ordering::SeqCst),
-            )
+        let (generation, pending) = loop {
+            let generation = self.generation.load(Ordering::SeqCst);
+            let _no_send = self.slot(generation).write().await;
+            if self.generation.load(Ordering::SeqCst) == generation {
+                break (generation, self.pending.load(Ordering::SeqCst));
+            }
         };
         // With nothing sent in the open transaction, the one before it is the last to wait for.
         let last = if pending {
@@ -217,12 +233,13 @@ impl TxnProducer {
     /// Fences the producers with these transactional ids: once this returns, none of them can
     /// send or commit again, and what they had open is aborted.
     pub async fn fence(&self, ids: &[String]) -> Result<(), KafkaError> {
+        let ids = ids
+            .iter()
+            .filter(|id| **id != self.id)
+            .flat_map(|id| (0..2).map(move |k| Self::producer_id(id, k)));
         for id in ids {
-            if *id == self.id {
-                continue;
-            }
             let producer =
-                new_transactional_producer(&self.settings, id, self.timeout.as_millis() as u64)?;
+                new_transactional_producer(&self.settings, &id, self.timeout.as_millis() as u64)?;
             let timeout = self.timeout;
             // Registering the id again bumps its epoch: the broker aborts what the old
             // producer left open and refuses it from then on. This one is dropped right after.
@@ -250,7 +267,7 @@ impl TxnProducer {
     /// until `stop`; then commits what is left.
     pub async fn run(&self, stop: CancellationToken) {
         loop {
-            if !self.pending.load(Ordering::SeqCst) && self.producer.read().await.is_some() {
+            if !self.pending.load(Ordering::SeqCst) {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = self.wake.notified() => {}
@@ -262,25 +279,29 @@ impl TxnProducer {
                     _ = tokio::time::sleep(self.commit_every) => {}
                 }
             }
-            self.commit().await;
-            if self.producer.read().await.is_none() {
-                self.reinit(&stop).await;
-            }
+            self.commit(&stop).await;
             if stop.is_cancelled() {
                 break;
             }
         }
-        self.commit().await;
+        self.commit(&stop).await;
     }
 
-    /// Ends the open transaction (if anything was sent in it) and opens the next.
-    async fn commit(&self) {
-        let mut slot = self.producer.write().await;
-        if !self.pending.swap(false, Ordering::SeqCst) {
-            return;
-        }
-        let generation = self.generation.fetch_add(1, Ordering::SeqCst);
-        let ended = match slot.clone() {
+    /// Closes the open transaction to sends (the next one opens on the other producer), commits
+    /// it, and makes its producer ready for the transaction after next.
+    async fn commit(&self, stop: &CancellationToken) {
+        let (generation, producer) = {
+            let generation = self.generation.load(Ordering::SeqCst);
+            let slot = self.slot(generation).write().await;
+            if !self.pending.swap(false, Ordering::SeqCst) {
+                return;
+            }
+            // Sends from here on go into the next transaction, on the other producer (whose
+            // previous transaction this loop ended before).
+            self.generation.store(generation + 1, Ordering::SeqCst);
+            (generation, slot.clone())
+        };
+        let ended = match producer {
             None => Ended::Aborted("no usable producer".into()),
             Some(producer) => {
                 let timeout = self.timeout;
@@ -294,7 +315,11 @@ impl TxnProducer {
                 crate::metrics::metrics()
                     .publish_commit
                     .observe(started.elapsed().as_secs_f64());
-                tracing::debug!(generation, ms = started.elapsed().as_millis() as u64, "transaction ended");
+                tracing::debug!(
+                    generation,
+                    ms = started.elapsed().as_millis() as u64,
+                    "transaction ended"
+                );
                 ended
             }
         };
@@ -310,6 +335,7 @@ impl TxnProducer {
                 outcome: outcome.to_owned(),
             })
             .inc();
+        let mut broken = false;
         match ended {
             Ended::Committed => {}
             Ended::Aborted(e) => {
@@ -325,7 +351,7 @@ impl TxnProducer {
                 } else {
                     tracing::warn!(error = %e, "the transactional producer failed; replacing it");
                 }
-                *slot = None;
+                broken = true;
             }
         }
         {
@@ -336,16 +362,22 @@ impl TxnProducer {
             }
         }
         self.decided.send_replace(generation);
+        if broken || self.slot(generation).read().await.is_none() {
+            *self.slot(generation).write().await = None;
+            self.reinit(generation, stop).await;
+        }
     }
 
-    /// Makes a producer under this admin's id usable again (which aborts what the old one left
-    /// open), retrying until it works or `stop`.
-    async fn reinit(&self, stop: &CancellationToken) {
+    /// Makes the producer of `generation` usable again under its id (which aborts what the old
+    /// one left open), retrying until it works or `stop`. Sends meanwhile go into the other
+    /// producer's transaction; the next commit waits for this.
+    async fn reinit(&self, generation: u64, stop: &CancellationToken) {
+        let tid = Self::producer_id(&self.id, generation % 2);
         loop {
-            match init(&self.settings, &self.id, self.timeout).await {
+            match init(&self.settings, &tid, self.timeout).await {
                 Ok(p) => {
-                    *self.producer.write().await = Some(p);
-                    tracing::info!("transactional producer ready again");
+                    *self.slot(generation).write().await = Some(p);
+                    tracing::info!(transactional_id = %tid, "transactional producer ready again");
                     return;
                 }
                 Err(e) => {
@@ -356,6 +388,25 @@ impl TxnProducer {
                     }
                 }
             }
+        }
+    }
+}
+
+/// [`init`], asked again while the broker answers with a transient refusal, until `deadline`.
+async fn init_patiently(
+    settings: &KafkaSettings,
+    id: &str,
+    timeout: Duration,
+    deadline: std::time::Instant,
+) -> Result<FutureProducer, KafkaError> {
+    loop {
+        match init(settings, id, timeout).await {
+            Ok(p) => return Ok(p),
+            Err(e) if transient(&e) && std::time::Instant::now() < deadline => {
+                tracing::info!(error = %e, "the broker is not ready for transactions yet; retrying");
+                tokio::time::sleep(REINIT_PAUSE).await;
+            }
+            Err(e) => return Err(e),
         }
     }
 }
