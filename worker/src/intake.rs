@@ -30,9 +30,6 @@ use crate::Throttle;
 /// to fall to half the limit before it pauses them.
 const FULL_GRACE: Duration = Duration::from_millis(500);
 
-/// How often the consumer's positions are read to skip offsets it never delivered.
-const SKIP_UNDELIVERED_EVERY: Duration = Duration::from_millis(500);
-
 /// A trigger record larger than this goes to the DLQ unread.
 pub(crate) const MAX_TRIGGER_BYTES: usize = 1024 * 1024;
 
@@ -132,8 +129,6 @@ pub(crate) fn classify(
 impl Intake {
     /// Consume until `shutdown`. Returns as soon as it is cancelled; the caller drains.
     pub(crate) async fn run(&self, shutdown: &CancellationToken) {
-        let mut skip = tokio::time::interval(SKIP_UNDELIVERED_EVERY);
-        skip.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let paused = self.paused.get();
             let received = tokio::select! {
@@ -141,10 +136,6 @@ impl Intake {
                 _ = shutdown.cancelled() => break,
                 _ = self.env.in_flight.below_half(), if paused => {
                     self.set_paused(false);
-                    continue;
-                }
-                _ = skip.tick() => {
-                    self.skip_undelivered();
                     continue;
                 }
                 m = self.consumer.recv() => m.map(|m| m.detach()),
@@ -169,22 +160,6 @@ impl Intake {
             } else if self.paused.get() && self.env.in_flight.is_full() {
                 // Also re-pauses partitions assigned since the last pause.
                 self.set_paused(true);
-            }
-        }
-    }
-
-    /// Moves each partition's position past offsets the consumer passed without delivering them
-    /// (transaction markers, records of aborted transactions), so that a partition whose last
-    /// records are a marker is committed to its end. Here, between two receives, every message
-    /// received has been taken.
-    fn skip_undelivered(&self) {
-        let Ok(positions) = self.consumer.position() else {
-            return;
-        };
-        for p in positions.elements() {
-            if let rdkafka::Offset::Offset(to) = p.offset() {
-                self.deliveries
-                    .skip_undelivered(&TopicPartition::new(p.topic(), p.partition()), to);
             }
         }
     }

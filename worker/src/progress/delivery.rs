@@ -53,14 +53,6 @@ impl Deliveries {
     }
 }
 
-impl Deliveries {
-    /// The consumer's position in `tp` is `to`; every message received has been taken. See
-    /// [`OffsetTracker::skip_undelivered`].
-    pub(crate) fn skip_undelivered(&self, tp: &TopicPartition, to: i64) -> bool {
-        lock(&self.offsets).skip_undelivered(tp, to)
-    }
-}
-
 /// Where a trigger came from, and the handle through which its offset moves in the tracker.
 /// Dropping it tells the tracker the offset's task is over (finished or handed back).
 #[derive(Debug)]

@@ -413,31 +413,6 @@ impl OffsetTracker {
         })
     }
 
-    /// The consumer's position in `tp` is `to`, and every message received from it has been
-    /// taken ([`begin`](Self::begin)): the offsets from the next one expected up to `to` were
-    /// never delivered (transaction markers, records of aborted transactions), so the partition's
-    /// position moves past them, when everything taken is finished (else a later call does it).
-    /// Returns whether it moved.
-    /// Without it, a partition whose last records are a transaction's marker would be committed
-    /// one offset short of its end for good, and its consumer lag would read 1.
-    pub fn skip_undelivered(&mut self, tp: &TopicPartition, to: i64) -> bool {
-        let Some(state) = self.partitions.get_mut(tp) else {
-            return false;
-        };
-        let next = match (state.highest_seen.map(|h| h + 1), state.base) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        // `base` says every offset below it is finished: only once nothing taken is left.
-        let unfinished = state.entries.values().any(|m| *m != Mark::Finished);
-        if unfinished || next.is_some_and(|n| to <= n) {
-            return false;
-        }
-        state.base = Some(to);
-        state.prune();
-        true
-    }
-
     fn live(&mut self, tp: &TopicPartition, epoch: AssignmentEpoch) -> Option<&mut PartitionState> {
         self.partitions.get_mut(tp).filter(|s| s.epoch == epoch)
     }
@@ -738,32 +713,6 @@ mod tests {
         let mut next = OffsetTracker::default();
         next.assign(tp(0), Some(10), Some(&r), None);
         assert_eq!(next.begin(&tp(0), 10).unwrap().prior, Prior::Finished);
-    }
-
-    #[test]
-    fn undelivered_offsets_are_skipped_once_everything_below_is_finished() {
-        let mut t = OffsetTracker::default();
-        let e = t.assign(tp(0), None, None, None);
-        let d0 = fresh(&mut t, 0, 0);
-        let _d1 = fresh(&mut t, 0, 1);
-        assert_eq!(d0, e);
-        t.finish(&tp(0), 0, e);
-        // Offset 2 is a transaction's marker: the consumer's position is 3.
-        assert!(!t.skip_undelivered(&tp(0), 3), "not while offset 1 runs");
-        assert_eq!(t.position(&tp(0)), Some(1));
-        t.finish(&tp(0), 1, e);
-        assert_eq!(t.position(&tp(0)), Some(2));
-        assert!(t.skip_undelivered(&tp(0), 3));
-        assert_eq!(t.position(&tp(0)), Some(3));
-        assert!(!t.skip_undelivered(&tp(0), 3), "nothing new");
-        assert!(!t.skip_undelivered(&tp(0), 2), "never backwards");
-        // A message above the skipped offsets is taken as usual.
-        let _d3 = fresh(&mut t, 0, 3);
-        assert_eq!(t.position(&tp(0)), Some(3));
-        assert!(
-            !t.skip_undelivered(&tp(5), 9),
-            "a partition not assigned here"
-        );
     }
 
     #[test]
