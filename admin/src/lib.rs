@@ -37,6 +37,7 @@ pub(crate) mod retention;
 pub mod route;
 pub mod schedule;
 pub mod scheduler;
+pub(crate) mod serve;
 pub mod trigger;
 pub(crate) mod users;
 pub mod workflow;
@@ -311,16 +312,12 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         api_token: config.api_token.clone(),
         registry,
         publish_ahead: config.scheduler.publish_ahead(),
+        shutdown: shutdown.clone(),
     });
     let app = api::router(state);
     // Step 1 (the scheduler's loops stop on the same token).
     let api_shutdown = shutdown.clone();
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
-    .await?;
+    serve::serve(listener, app, api_shutdown).await;
 
     // Steps 2–4 run on their own; wait for them.
     tracker.close();

@@ -164,6 +164,10 @@ impl Retention {
                 "workflow runs past the retention deleted"
             );
         }
+        sqlx::query(sql!("retention/login_failures"))
+            .bind(100_000i64)
+            .execute(&mut *conn)
+            .await?;
         Ok(out)
     }
 

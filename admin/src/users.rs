@@ -64,9 +64,9 @@ pub enum CreateError {
     Exists(String),
     #[error(transparent)]
     Hash(#[from] password::HashError),
-    /// The task that hashed the password panicked.
+    /// No hashing slot came free, or the task that hashed the password panicked.
     #[error(transparent)]
-    Task(#[from] tokio::task::JoinError),
+    Slot(#[from] password::SlotError),
     #[error(transparent)]
     Database(#[from] sqlx::Error),
 }
@@ -91,7 +91,7 @@ pub async fn create(
 ) -> Result<Option<i64>, CreateError> {
     user.check().map_err(CreateError::Invalid)?;
     let plain = user.password.clone();
-    let hash = tokio::task::spawn_blocking(move || password::hash(plain.expose_secret())).await??;
+    let hash = password::hash_in_slot(plain).await??;
     let sql = if only_if_none {
         "INSERT INTO users (name, role, job_types, password_hash)
          SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM users)

@@ -20,9 +20,10 @@ pub mod xxl_export;
 
 pub use ids::{JobId, JobType, JobTypeError, TriggerId, WorkerId};
 pub use messages::{
-    json_has_nul, CancelMessage, DlqMessage, FenceMessage, Heartbeat, ProgressClaim,
-    ProgressRecord, ReportingOffset, ResultEvent, RunFinished, RunLogLines, RunStarted, RunningJob,
-    StartedOffset, TriggerMessage, TriggerRecord, MAX_OUTPUT_BYTES,
+    clip_message, json_has_nul, log_tail, CancelMessage, DlqMessage, FenceMessage, Heartbeat,
+    ProgressClaim, ProgressRecord, ReportingOffset, ResultEvent, RunFinished, RunLogLines,
+    RunStarted, RunningJob, StartedOffset, TriggerMessage, TriggerRecord, MAX_MESSAGE_BYTES,
+    MAX_OUTPUT_BYTES, MAX_RESULT_RECORD_BYTES,
 };
 pub use schedule::Schedule;
 pub use strategy::{

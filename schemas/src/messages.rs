@@ -80,6 +80,89 @@ fn one() -> u32 {
 /// follow, and a truncated one would mislead them.
 pub const MAX_OUTPUT_BYTES: usize = 16 * 1024;
 
+/// Most bytes of a run's message ([`RunFinished::message`]): a longer one (an executor's
+/// 1.5 MB answer, a broadcast joining many) is cut at this length with a note saying how much was
+/// left out, so that the `finished` event always fits in a Kafka record.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+
+/// Most bytes of a result event's record (`finished` with its message, log tail and output):
+/// below the producer's and the broker's default record limit (1 MB), so that no result is
+/// refused for its size. A worker keeps the end of a longer log.
+pub const MAX_RESULT_RECORD_BYTES: usize = 900 * 1024;
+
+/// `message` cut to at most [`MAX_MESSAGE_BYTES`] (at a character boundary), with a note saying
+/// how many bytes were left out.
+pub fn clip_message(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return std::borrow::Cow::Borrowed(message);
+    }
+    let note = format!(" … [{} more bytes left out]", message.len());
+    let mut end = MAX_MESSAGE_BYTES.saturating_sub(note.len());
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let left_out = message.len() - end;
+    std::borrow::Cow::Owned(format!(
+        "{} … [{left_out} more bytes left out]",
+        &message[..end]
+    ))
+}
+
+/// The end of `log`, at most `max` bytes (at a line or character boundary), with a first line
+/// saying how many bytes were left out.
+pub fn log_tail(log: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if log.len() <= max {
+        return std::borrow::Cow::Borrowed(log);
+    }
+    let note_room = 64;
+    let mut start = log.len() - max.saturating_sub(note_room);
+    while !log.is_char_boundary(start) {
+        start += 1;
+    }
+    if let Some(nl) = log[start..].find('\n') {
+        if nl < 1024 {
+            start += nl + 1;
+        }
+    }
+    std::borrow::Cow::Owned(format!(
+        "[… {start} bytes of log left out]\n{}",
+        &log[start..]
+    ))
+}
+
+impl RunFinished {
+    /// Cuts the message to [`MAX_MESSAGE_BYTES`] and, if the event's JSON is still larger than
+    /// `max_bytes`, keeps only the end of its log so that it fits.
+    pub fn fit(&mut self, max_bytes: usize) {
+        if let Some(m) = &self.message {
+            if let std::borrow::Cow::Owned(clipped) = clip_message(m) {
+                self.message = Some(clipped);
+            }
+        }
+        for _ in 0..4 {
+            let Ok(len) = serde_json::to_vec(self).map(|v| v.len()) else {
+                return;
+            };
+            if len <= max_bytes {
+                return;
+            }
+            let Some(log) = self.log.take() else {
+                return;
+            };
+            // The log's share of the excess, counted as JSON (escapes may make it longer).
+            let escaped = serde_json::to_string(&log).map_or(log.len(), |s| s.len());
+            let budget = escaped.saturating_sub(len - max_bytes);
+            let keep = if escaped == 0 {
+                0
+            } else {
+                // Escapes take the same share of what is kept as of the whole.
+                (budget as f64 * log.len() as f64 / escaped as f64) as usize
+            };
+            self.log = Some(log_tail(&log, keep).into_owned());
+        }
+    }
+}
+
 /// Whether a JSON value holds a NUL character (U+0000) in a string or a key: PostgreSQL cannot
 /// store it in `jsonb`, so such an output is refused.
 pub fn json_has_nul(v: &serde_json::Value) -> bool {
@@ -330,6 +413,52 @@ pub struct DlqMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_oversized_finished_event_is_cut_to_fit_a_record() {
+        let mut f = RunFinished {
+            trigger_id: TriggerId(1),
+            job_id: JobId(2),
+            worker_id: WorkerId("w".into()),
+            group: "g".into(),
+            partition: 0,
+            offset: 5,
+            attempt: 1,
+            status: RunStatus::Succeeded,
+            started_at: None,
+            finished_at: DateTime::UNIX_EPOCH,
+            published_at: None,
+            message: Some(format!("head {}", "é".repeat(750_000))),
+            // Control characters are escaped six times longer in JSON.
+            log: Some(format!("{}\nlast line", "\u{1}".repeat(2_000_000))),
+            retry_requested: false,
+            output: Some(serde_json::json!({"rows": 3})),
+        };
+        f.fit(MAX_RESULT_RECORD_BYTES);
+        let len = serde_json::to_vec(&f).unwrap().len();
+        assert!(len <= MAX_RESULT_RECORD_BYTES, "{len}");
+        let message = f.message.as_deref().unwrap();
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        assert!(message.starts_with("head éé"));
+        assert!(message.ends_with("more bytes left out]"), "{message}");
+        let log = f.log.as_deref().unwrap();
+        assert!(log.starts_with("[… "), "{}", &log[..40]);
+        assert!(log.ends_with("\nlast line"));
+        assert!(
+            log.len() > 100_000,
+            "most of the room is kept: {}",
+            log.len()
+        );
+        assert_eq!(f.output, Some(serde_json::json!({"rows": 3})));
+
+        // A small event is left as it is.
+        let mut small = f.clone();
+        small.message = Some("ok".into());
+        small.log = Some("a\nb".into());
+        let before = small.clone();
+        small.fit(MAX_RESULT_RECORD_BYTES);
+        assert_eq!(small, before);
+    }
 
     #[test]
     fn trigger_record_is_tagged_and_defaults_apply() {

@@ -379,7 +379,7 @@ impl RunEnv {
         let guard = self.in_flight.enter();
         let env = Arc::clone(self);
         self.tasks.spawn(async move {
-            let event = ResultEvent::Finished(RunFinished {
+            let mut finished = RunFinished {
                 trigger_id: r.trigger_id,
                 job_id: r.job_id,
                 worker_id: r.worker_id.clone(),
@@ -395,7 +395,9 @@ impl RunEnv {
                 log: None,
                 retry_requested: r.retry_requested,
                 output: r.output.clone(),
-            });
+            };
+            finished.fit(cadenza_schemas::MAX_RESULT_RECORD_BYTES);
+            let event = ResultEvent::Finished(finished);
             if env
                 .retry_until(
                     &delivery.tokens.dropped,
@@ -731,7 +733,7 @@ impl RunEnv {
             tracing::warn!(%status, "partition revoked before the result was recorded; its next owner runs the trigger again");
             return;
         }
-        let event = ResultEvent::Finished(RunFinished {
+        let mut finished = RunFinished {
             trigger_id: trigger.trigger_id,
             job_id: trigger.job_id,
             worker_id: self.worker_id.clone(),
@@ -747,7 +749,11 @@ impl RunEnv {
             log,
             retry_requested: verdict.retry_requested,
             output: verdict.output,
-        });
+        };
+        // An executor's 1.5 MB message or a long log would make a record the producer refuses,
+        // and the run would stay `running` for ever: cut them to a size that always fits.
+        finished.fit(cadenza_schemas::MAX_RESULT_RECORD_BYTES);
+        let event = ResultEvent::Finished(finished);
         let delivered = self
             .retry_until(
                 &delivery.tokens.dropped,

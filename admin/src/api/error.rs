@@ -55,8 +55,13 @@ pub enum ErrorCode {
     /// 422: an import has rows that cannot be imported; its `report` names each with the reason,
     /// and nothing was written.
     ImportRejected,
+    /// 408: the request was not sent whole within the time allowed (30 s); send it again.
+    RequestTimeout,
     /// 429: too many failed sign-ins for this name or address; `Retry-After` says when to retry.
     TooManyAttempts,
+    /// 503: too many passwords are being checked at once (sign-ins, password changes);
+    /// `Retry-After` says when to retry.
+    Busy,
     /// 500: a defect; the admin's log has the details.
     Internal,
     /// 503: PostgreSQL did not answer; retry shortly.
@@ -87,7 +92,9 @@ impl ErrorCode {
             ErrorCode::NothingToReplay => "nothing_to_replay",
             ErrorCode::ReplayTooLarge => "replay_too_large",
             ErrorCode::ImportRejected => "import_rejected",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::TooManyAttempts => "too_many_attempts",
+            ErrorCode::Busy => "busy",
             ErrorCode::Internal => "internal",
             ErrorCode::DatabaseUnavailable => "database_unavailable",
             ErrorCode::BrokerUnavailable => "broker_unavailable",
@@ -175,6 +182,19 @@ impl ApiError {
     }
 }
 
+impl From<crate::auth::password::SlotError> for ApiError {
+    fn from(e: crate::auth::password::SlotError) -> Self {
+        match e {
+            crate::auth::password::SlotError::Busy => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::Busy,
+                "too many passwords are being checked at once; try again in a moment",
+            ),
+            e @ crate::auth::password::SlotError::Failed(_) => ApiError::internal(e),
+        }
+    }
+}
+
 impl From<FieldError> for ApiError {
     fn from(e: FieldError) -> Self {
         ApiError::invalid(e.field, e.message)
@@ -257,7 +277,14 @@ impl IntoResponse for ApiError {
                 field: self.field,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut resp = (self.status, Json(body)).into_response();
+        if self.code == ErrorCode::Busy {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        resp
     }
 }
 

@@ -140,9 +140,12 @@ impl XxlImportRequest {
     }
 }
 
-/// The jobs `source` imported before among the XXL ids `ids`.
+/// The jobs `source` imported before among the XXL ids `ids`, as far as `p` may change them:
+/// one of a job type outside the caller's patterns counts as never imported, so that it can
+/// be neither a child of a new job (which would let the caller fire it) nor shown.
 async fn imported(
     conn: &mut sqlx::PgConnection,
+    p: &Principal,
     source: &str,
     ids: &[i64],
 ) -> ApiResult<HashMap<i64, Imported>> {
@@ -153,6 +156,7 @@ async fn imported(
         .await?;
     Ok(rows
         .into_iter()
+        .filter(|(_, _, job_type)| p.may(Access::Write, job_type))
         .map(|(xxl_id, job_id, job_type)| (xxl_id, Imported { job_id, job_type }))
         .collect())
 }
@@ -226,7 +230,7 @@ pub async fn xxl_job(
     let ids = xxl::referenced_ids(&req.jobs);
     let now = Utc::now();
     let mut conn = state.pool.acquire().await?;
-    let before = imported(&mut conn, &opts.source, &ids).await?;
+    let before = imported(&mut conn, &p, &opts.source, &ids).await?;
     drop(conn);
     let report = xxl::plan(
         &req.jobs,
@@ -258,7 +262,7 @@ pub async fn xxl_job(
     let mut tx = state.pool.begin().await?;
     sqlx::query(sql!("import/lock")).execute(&mut *tx).await?;
     // Decided again under the lock: another import may have created some of these meanwhile.
-    let before = imported(&mut tx, &opts.source, &ids).await?;
+    let before = imported(&mut tx, &p, &opts.source, &ids).await?;
     let mut report = xxl::plan(&req.jobs, req.groups.as_deref(), &opts, &before, false, now);
     require_types(&p, &report)?;
     if report.errors > 0 {

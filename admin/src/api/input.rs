@@ -22,6 +22,10 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 const MAX_DRAINED_BYTES: usize = 64 * 1024 * 1024;
 /// How long reading a body over the limit may take before the connection is given up.
 const MAX_DRAIN_TIME: Duration = Duration::from_secs(10);
+/// How long a client may take to send a body within the limit: a client that trickles it is
+/// answered `408 request_timeout` instead of holding the request (and its connection) open
+/// before it is even authenticated.
+pub const MAX_READ_TIME: Duration = Duration::from_secs(30);
 
 fn too_large() -> Response {
     ApiError::new(
@@ -70,7 +74,20 @@ pub async fn limit_body(req: Request, next: Next) -> Response {
                 Err(_) => break,
             }
         } else {
-            stream.next().await
+            match tokio::time::timeout_at(started + MAX_READ_TIME, stream.next()).await {
+                Ok(chunk) => chunk,
+                Err(_) => {
+                    return ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        ErrorCode::RequestTimeout,
+                        format!(
+                            "the request body was not sent whole within {} s; send it again",
+                            MAX_READ_TIME.as_secs()
+                        ),
+                    )
+                    .into_response()
+                }
+            }
         };
         let chunk = match chunk {
             None => break,

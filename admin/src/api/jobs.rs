@@ -27,12 +27,16 @@ fn to_job(row: JobRow) -> ApiResult<Job> {
     Job::try_from(row).map_err(ApiError::internal)
 }
 
-/// Children must exist and, for an existing job, not lead back to it. Concurrent updates of
-/// the same cycle are serialized by [`lock_children`] around the check and the store.
+/// Children must exist and, for an existing job, not lead back to it. A child the job does not
+/// have yet (not in `kept`) must be a job `p` may change: triggering the parent fires it. One
+/// `p` may not see answers as a job that does not exist. Concurrent updates of the same cycle
+/// are serialized by [`lock_children`] around the check and the store.
 async fn check_children(
     conn: &mut PgConnection,
+    p: &Principal,
     spec: &JobSpec,
     own_id: Option<i64>,
+    kept: &[i64],
 ) -> ApiResult<()> {
     if spec.children.is_empty() {
         return Ok(());
@@ -46,15 +50,38 @@ async fn check_children(
             ));
         }
     }
-    let missing: Vec<i64> = sqlx::query_scalar(sql!("jobs/missing_children"))
-        .bind(&ids)
-        .fetch_all(&mut *conn)
-        .await?;
+    let added: Vec<i64> = ids.iter().copied().filter(|c| !kept.contains(c)).collect();
+    let visible = super::scope::visible_job_types(conn, p, &added).await?;
+    let mut missing: Vec<i64> = added
+        .iter()
+        .copied()
+        .filter(|c| !visible.contains_key(c))
+        .collect();
+    if !kept.is_empty() {
+        // Children the job had already (an admin may have set them) need only still exist.
+        let kept_now: Vec<i64> = ids.iter().copied().filter(|c| kept.contains(c)).collect();
+        let gone: Vec<i64> = sqlx::query_scalar(sql!("jobs/missing_children"))
+            .bind(&kept_now)
+            .fetch_all(&mut *conn)
+            .await?;
+        missing.extend(gone);
+    }
     if !missing.is_empty() {
+        missing.sort_unstable();
         return Err(ApiError::invalid(
             "children",
             format!("no job with id {missing:?}"),
         ));
+    }
+    for c in &added {
+        if let Some(job_type) = visible.get(c) {
+            p.require(Access::Write, job_type).map_err(|e| {
+                ApiError::forbidden(format!(
+                    "children: job {c} cannot be made a child: {}",
+                    e.message
+                ))
+            })?;
+        }
     }
     if let Some(own) = own_id {
         let path: Option<Vec<i64>> = sqlx::query_scalar(sql!("jobs/child_cycle"))
@@ -91,13 +118,14 @@ async fn lock_children(conn: &mut PgConnection) -> ApiResult<()> {
 /// Validates a spec and makes sure its job type's topic exists.
 async fn prepare(
     state: &AppState,
+    p: &Principal,
     spec: &JobSpec,
     own_id: Option<i64>,
     now: DateTime<Utc>,
 ) -> ApiResult<JobSchedule> {
     let schedule = spec.validate(now)?;
     let mut conn = state.pool.acquire().await?;
-    check_children(&mut conn, spec, own_id).await?;
+    check_children(&mut conn, p, spec, own_id, &[]).await?;
     drop(conn);
     state
         .kafka
@@ -144,7 +172,7 @@ pub async fn create(
     let spec: JobSpec = parse_body(&body)?;
     p.require(Access::Write, spec.job_type.as_str())?;
     let now = Utc::now();
-    let schedule = prepare(&state, &spec, None, now).await?;
+    let schedule = prepare(&state, &p, &spec, None, now).await?;
     let next = if spec.enabled {
         schedule.first_fire(now)
     } else {
@@ -322,8 +350,9 @@ async fn modify(
     } else {
         spec.validate(now)?
     };
+    let kept: Vec<i64> = current.spec.children.iter().map(|c| c.0).collect();
     let mut conn = state.pool.acquire().await?;
-    check_children(&mut conn, &spec, Some(id)).await?;
+    check_children(&mut conn, p, &spec, Some(id), &kept).await?;
     drop(conn);
     state
         .kafka
@@ -333,7 +362,7 @@ async fn modify(
     if !spec.children.is_empty() {
         // Checked again under the lock: another update may have changed the graph since.
         lock_children(&mut tx).await?;
-        check_children(&mut tx, &spec, Some(id)).await?;
+        check_children(&mut tx, p, &spec, Some(id), &kept).await?;
     }
     let row: Option<JobRow> = sqlx::query_as(sql!("jobs/select_for_update"))
         .bind(id)

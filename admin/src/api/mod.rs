@@ -12,6 +12,7 @@ mod replay;
 mod report;
 mod scheduler;
 mod schedules;
+mod scope;
 mod session;
 mod tokens;
 mod triggers;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub registry: Arc<crate::route::registry::Registry>,
     /// This admin's publish-ahead: how far ahead of their fire time it takes runs for sending.
     pub publish_ahead: std::time::Duration,
+    /// Cancelled when the admin stops: open log streams end with it.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl AppState {

@@ -208,26 +208,55 @@ fn client_address(connect: Option<&ConnectInfo<std::net::SocketAddr>>) -> String
     connect.map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
 }
 
-/// How many seconds a sign-in for these throttle keys must still wait.
-async fn wait_needed(state: &AppState, keys: &[String]) -> ApiResult<i64> {
+/// Counts a sign-in attempt against its throttle keys before the password is checked, unless a
+/// key must still wait: then nothing is counted and the seconds to wait are returned. Concurrent
+/// attempts on the same key are counted one after another, so a burst of them cannot all pass
+/// the throttle.
+async fn count_attempt(state: &AppState, keys: &[String]) -> ApiResult<i64> {
+    let mut tx = state.pool.begin().await?;
+    sqlx::query(sql!("auth/login_keys"))
+        .bind(keys)
+        .execute(&mut *tx)
+        .await?;
     let wait: Option<f64> = sqlx::query_scalar(sql!("auth/login_wait"))
         .bind(keys)
         .bind(FREE_FAILURES)
         .bind(MAX_WAIT_S as f64)
-        .fetch_one(&state.pool)
+        .fetch_one(&mut *tx)
         .await?;
-    Ok(wait.map_or(0, |w| w.ceil() as i64))
+    let wait = wait.map_or(0, |w| w.ceil() as i64);
+    if wait <= 0 {
+        sqlx::query(sql!("auth/login_failed"))
+            .bind(keys)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(wait.max(0))
+}
+
+/// Takes back an attempt counted by [`count_attempt`] whose password was never checked.
+async fn uncount(state: &AppState, keys: &[String]) -> ApiResult<()> {
+    sqlx::query(sql!("auth/login_uncount"))
+        .bind(keys)
+        .execute(&state.pool)
+        .await?;
+    Ok(())
 }
 
 /// Signs in with a name and password: sets the session cookie (HttpOnly, SameSite=Strict, Secure
 /// over HTTPS) and answers the CSRF token for writes. A wrong name and a wrong password answer
-/// the same; after 5 failures for a name or an address, sign-ins wait (up to 5 minutes).
+/// the same; after 5 failures for a name or an address, sign-ins wait (up to 5 minutes). At most
+/// two passwords are checked at once: beyond that a sign-in waits up to 3 s for its turn, then is
+/// answered `503 busy`.
 #[utoipa::path(post, path = "/session", tag = "accounts", request_body = Login,
     responses(
         (status = 200, description = "Signed in.", body = SignedIn,
             headers(("Set-Cookie" = String, description = "`cadenza_session=…; HttpOnly; SameSite=Strict; Path=/`"))),
         (status = 401, description = "The name or the password is wrong (`unauthorized`).", body = ErrorBody),
         (status = 429, description = "Too many failed sign-ins (`too_many_attempts`).", body = ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait."))),
+        (status = 503, description = "Too many sign-ins at once (`busy`).", body = ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait."))),
     ))]
 pub async fn login(
@@ -238,11 +267,12 @@ pub async fn login(
 ) -> ApiResult<Response> {
     let req: Login = parse_body(&body)?;
     let address = client_address(connect.as_ref().map(|c| &c.0));
-    let keys = vec![
-        format!("user:{}", req.name.to_lowercase()),
-        format!("addr:{address}"),
-    ];
-    let wait = wait_needed(&state, &keys).await?;
+    let user_key = format!("user:{}", req.name.to_lowercase());
+    let address_key = format!("addr:{address}");
+    // Sorted: rows are locked in this order.
+    let mut keys = vec![user_key.clone(), address_key.clone()];
+    keys.sort();
+    let wait = count_attempt(&state, &keys).await?;
     if wait > 0 {
         tracing::warn!(user = %req.name, %address, wait_s = wait, "sign-in refused: too many failures");
         let mut resp = ApiError::new(
@@ -271,21 +301,21 @@ pub async fn login(
     .fetch_optional(&state.pool)
     .await?;
     // A name that does not exist costs as much as a wrong password, and answers the same.
-    let phc = user
-        .as_ref()
-        .map_or_else(|| password::decoy().to_owned(), |u| u.password_hash.clone());
-    let given = req.password.clone();
-    let ok = tokio::task::spawn_blocking(move || password::verify(given.expose_secret(), &phc))
-        .await
-        .map_err(ApiError::internal)?;
+    let phc = user.as_ref().map(|u| u.password_hash.clone());
+    let ok = match password::verify_in_slot(req.password.clone(), phc).await {
+        Ok(ok) => ok,
+        Err(e) => {
+            uncount(&state, &keys).await?;
+            if matches!(e, password::SlotError::Busy) {
+                tracing::warn!(user = %req.name, %address, "sign-in refused: every password slot is busy");
+            }
+            return Err(e.into());
+        }
+    };
     let user = match user {
         Some(u) if ok => u,
         _ => {
             let mut tx = state.pool.begin().await?;
-            sqlx::query(sql!("auth/login_failed"))
-                .bind(&keys)
-                .execute(&mut *tx)
-                .await?;
             let name: String = req.name.chars().take(100).collect();
             let actor = Actor {
                 name,
@@ -306,8 +336,12 @@ pub async fn login(
         .bind(user.id)
         .bind(&csrf)
         .bind((SESSION_HOURS * 3600) as f64)
-        .bind(&keys[..1])
+        .bind(vec![user_key])
         .fetch_one(&mut *tx)
+        .await?;
+    sqlx::query(sql!("auth/login_uncount"))
+        .bind(vec![address_key])
+        .execute(&mut *tx)
         .await?;
     let actor = Actor {
         name: user.name.clone(),

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::doc::Id;
 use super::{parse_body, parse_bool, parse_id, ApiError, ApiResult, ErrorBody, Params, Shared};
 use crate::audit::{self, Entry};
-use crate::auth::{secret, Principal, Role};
+use crate::auth::{secret, Principal, Role, Via};
 
 /// Longest lifetime a token may be given: a year.
 const MAX_DAYS: i64 = 366;
@@ -68,10 +68,14 @@ pub struct TokenList {
     tokens: Vec<TokenInfo>,
 }
 
-/// Creates a token for the caller (a user, not the service token). The answer is the only
-/// place the secret appears.
+/// Creates a token for the caller (a user signed in with a session: not the service token, and
+/// not a personal token, so that no token outlives or survives the revocation of the one that
+/// made it). The answer is the only place the secret appears.
 #[utoipa::path(post, path = "/tokens", tag = "accounts", request_body = NewToken,
-    responses((status = 201, description = "Created.", body = CreatedToken)))]
+    responses(
+        (status = 201, description = "Created.", body = CreatedToken),
+        (status = 403, description = "The request was made with a personal API token (`forbidden`).", body = ErrorBody),
+    ))]
 pub async fn create(
     state: Shared,
     Extension(p): Extension<Principal>,
@@ -79,6 +83,12 @@ pub async fn create(
 ) -> ApiResult<(StatusCode, Json<CreatedToken>)> {
     let req: NewToken = parse_body(&body)?;
     let user_id = owner(&p)?;
+    if matches!(p.via, Via::Token(_)) {
+        return Err(ApiError::forbidden(
+            "a personal API token cannot create tokens (a token it made could outlive it and would \
+             survive its revocation): sign in with a name and password and create it from that session",
+        ));
+    }
     let name = req.name.trim();
     if name.is_empty() || name.len() > 100 {
         return Err(ApiError::invalid("name", "must be 1 to 100 characters"));

@@ -471,8 +471,10 @@ pub async fn log_stream(
         ended: bool,
         until: tokio::time::Instant,
         first: bool,
+        stop: tokio_util::sync::CancellationToken,
     }
     let start = Follow {
+        stop: state.shutdown.clone(),
         pool: state.pool.clone(),
         sent: String::new(),
         status: String::new(),
@@ -486,7 +488,12 @@ pub async fn log_stream(
                 return None;
             }
             if !f.first {
-                tokio::time::sleep(FOLLOW_EVERY).await;
+                // The admin stopping closes the stream without an `end`: the client follows
+                // again through another admin.
+                tokio::select! {
+                    () = tokio::time::sleep(FOLLOW_EVERY) => {}
+                    () = f.stop.cancelled() => return None,
+                }
             }
             f.first = false;
             let row: Option<(String, Option<String>)> =

@@ -99,9 +99,8 @@ pub async fn create(
             ))
         }
         Err(CreateError::Database(e)) => return Err(e.into()),
-        Err(e @ (CreateError::Hash(_) | CreateError::Task(_))) => {
-            return Err(ApiError::internal(e))
-        }
+        Err(CreateError::Slot(e)) => return Err(e.into()),
+        Err(e @ CreateError::Hash(_)) => return Err(ApiError::internal(e)),
     };
     let user: User = sqlx::query_as(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
         .bind(id)
@@ -153,9 +152,8 @@ pub async fn update(
     let hash = match req.password {
         Some(pw) => {
             password::check(pw.expose_secret()).map_err(|m| ApiError::invalid("password", m))?;
-            let hashed = tokio::task::spawn_blocking(move || password::hash(pw.expose_secret()))
-                .await
-                .map_err(ApiError::internal)?
+            let hashed = password::hash_in_slot(pw)
+                .await?
                 .map_err(ApiError::internal)?;
             Some(hashed)
         }

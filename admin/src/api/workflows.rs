@@ -67,6 +67,26 @@ impl From<ActionError> for ApiError {
 
 /// Most workflows or workflow runs in one page: each comes with its nodes (up to 1,000).
 const MAX_PAGE: i64 = 100;
+/// A node whose job `p` may not see is refused exactly as one whose job does not exist, so that a
+/// workflow tells nobody which jobs exist outside their patterns. Checked before
+/// [`engine::check_jobs`].
+async fn hide_unseen(conn: &mut PgConnection, p: &Principal, nodes: &[NodeSpec]) -> ApiResult<()> {
+    if p.visible_like().is_none() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = nodes.iter().map(|n| n.job_id.0).collect();
+    let visible = super::scope::visible_job_types(conn, p, &ids).await?;
+    for (i, n) in nodes.iter().enumerate() {
+        if !visible.contains_key(&n.job_id.0) {
+            return Err(ApiError::invalid(
+                format!("nodes[{i}] ({:?}).job_id", n.key),
+                format!("job {} does not exist", n.job_id.0),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `Ok` when `p` may `access` every job type the jobs of `nodes` have.
 async fn require(
     conn: &mut PgConnection,
@@ -109,6 +129,7 @@ pub async fn create(
     let now = Utc::now();
     let schedule = spec.validate(now)?;
     let mut tx = state.pool.begin().await?;
+    hide_unseen(&mut tx, &p, &spec.nodes).await?;
     engine::check_jobs(&mut tx, &spec.nodes).await?;
     require(&mut tx, &p, Access::Write, &spec.nodes).await?;
     let next = if spec.enabled {
@@ -252,6 +273,7 @@ async fn modify(
         spec.validate(now)?
     };
     if check {
+        hide_unseen(&mut tx, p, &spec.nodes).await?;
         engine::check_jobs(&mut tx, &spec.nodes).await?;
         require(&mut tx, p, Access::Write, &spec.nodes).await?;
     }

@@ -6,6 +6,8 @@
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Algorithm, Argon2, Params, Version};
 use rand::RngCore;
+use secrecy::{ExposeSecret, SecretString};
+use tokio::sync::Semaphore;
 
 /// Memory cost in KiB (19 MiB).
 pub const MEMORY_KIB: u32 = 19 * 1024;
@@ -18,6 +20,65 @@ pub const MIN_LENGTH: usize = 10;
 /// Longest password accepted (hashing cost is bounded by the parameters, not the length, but
 /// nobody needs more).
 pub const MAX_LENGTH: usize = 1024;
+
+/// At most this many passwords are hashed or verified at once, across all requests: each hash
+/// holds [`MEMORY_KIB`] of memory, so a flood of sign-ins costs at most this many times 19 MiB.
+pub const MAX_CONCURRENT: usize = 2;
+/// How long a sign-in (or a password change) waits for a free hashing slot before it is
+/// answered `503 busy`.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+static SLOTS: Semaphore = Semaphore::const_new(MAX_CONCURRENT);
+
+/// Why a hash or a verification in a slot did not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// Every hashing slot stayed taken for [`MAX_WAIT`].
+    #[error("too many passwords are being checked at once")]
+    Busy,
+    /// The hashing task panicked (a defect).
+    #[error("the hashing task failed: {0}")]
+    Failed(String),
+}
+
+/// Runs `work` (a hash or a verification) on the blocking pool once one of the
+/// [`MAX_CONCURRENT`] slots is free. The slot stays taken until `work` ends, even when the
+/// caller stops waiting (a client that hangs up does not free memory still in use).
+async fn in_slot<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SlotError> {
+    let permit = tokio::time::timeout(MAX_WAIT, SLOTS.acquire())
+        .await
+        .map_err(|_| SlotError::Busy)?
+        .map_err(|_| SlotError::Busy)?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work()
+    })
+    .await
+    .map_err(|e| SlotError::Failed(e.to_string()))
+}
+
+/// [`hash`] in a hashing slot.
+pub async fn hash_in_slot(password: SecretString) -> Result<Result<String, HashError>, SlotError> {
+    in_slot(move || hash(password.expose_secret())).await
+}
+
+/// [`verify`] in a hashing slot; `phc: None` verifies against [`decoy`] (a name that does not
+/// exist costs as much as a wrong password).
+pub async fn verify_in_slot(
+    password: SecretString,
+    phc: Option<String>,
+) -> Result<bool, SlotError> {
+    in_slot(move || match phc {
+        Some(phc) => verify(password.expose_secret(), &phc),
+        None => {
+            verify(password.expose_secret(), decoy());
+            false
+        }
+    })
+    .await
+}
 
 fn hasher() -> Result<Argon2<'static>, argon2::Error> {
     let params = Params::new(MEMORY_KIB, ITERATIONS, LANES, Some(32))?;

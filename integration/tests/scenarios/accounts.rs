@@ -262,6 +262,16 @@ async fn users_sign_in_with_sessions_and_tokens_and_roles_limit_them() {
         (status, &err["error"]["code"]),
         (StatusCode::FORBIDDEN, &json!("forbidden"))
     );
+    // A token cannot make a token (one that would outlive it, or survive its revocation).
+    let (status, err) = as_token
+        .post_json("/api/tokens", &json!({"name": "forever"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, &err["error"]["code"]),
+        (StatusCode::FORBIDDEN, &json!("forbidden")),
+        "{err}"
+    );
     let (_, list) = send(vera.get(url("/api/tokens"))).await;
     assert_eq!(list["tokens"].as_array().unwrap().len(), 1, "{list}");
     assert!(

@@ -15,6 +15,7 @@ mod delivery_record;
 mod frozen_admin;
 mod harness;
 mod harness_cluster;
+mod hostile;
 mod import_xxl;
 mod metrics;
 mod operations;

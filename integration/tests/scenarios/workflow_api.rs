@@ -826,6 +826,8 @@ async fn workflows_are_scoped_by_the_job_types_of_their_nodes() {
     assert_eq!(status, StatusCode::OK);
     let mut outside = billing_wf("outside");
     outside["nodes"][1]["job_id"] = json!(cleanup);
+    // A node on a job the operator may not see reads as a node on no job: it tells nothing of
+    // other teams' jobs.
     for (what, (status, err)) in [
         (
             "create outside",
@@ -835,6 +837,20 @@ async fn workflows_are_scoped_by_the_job_types_of_their_nodes() {
             "move outside",
             put(&olga, &format!("/api/workflows/{billing}"), &outside).await,
         ),
+    ] {
+        assert_eq!(
+            (status, &err["error"]["code"], &err["error"]["message"]),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &json!("invalid_field"),
+                &json!(format!(
+                    "nodes[1] (\"again\").job_id: job {cleanup} does not exist"
+                ))
+            ),
+            "{what}: {err}"
+        );
+    }
+    for (what, (status, err)) in [
         (
             "change mixed",
             put(

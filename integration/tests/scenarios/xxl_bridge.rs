@@ -160,6 +160,7 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
             "xb.fail=xxl:billing-app/failHandler",
             "xb.sleep=xxl:billing-app/sleepHandler",
             "xb.shard=xxl:billing-app/shardHandler",
+            "xb.big=xxl:billing-app/bigHandler",
         ],
         "bridge",
         &[],
@@ -207,6 +208,28 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
     assert!(
         msg.contains("failed on the executor") && msg.contains("bad input: x=1"),
         "{msg}"
+    );
+
+    // An executor answering a 1.5 MB message: the finished event would be larger than a Kafka
+    // record may be; its message is cut (with a note) and the run ends.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "big", "job_type": "xb.big", "params": "1500000",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "succeeded", "{run}");
+    let msg = text(&run["message"]);
+    assert!(
+        msg.starts_with("big xxx") && msg.ends_with("more bytes left out]"),
+        "{}",
+        &msg[..msg.len().min(200)]
+    );
+    assert!(
+        msg.len() <= cadenza_schemas::MAX_MESSAGE_BYTES,
+        "{}",
+        msg.len()
     );
 
     // A run that ended by its result sends no /kill (it would stop other runs of the job).

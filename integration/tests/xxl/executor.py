@@ -52,6 +52,13 @@ async def sleep_handler():
     return f"slept {secs}"
 
 
+@runner.register(name="bigHandler")
+async def big_handler():
+    size = int(g.xxl_run_data.executorParams or 1_500_000)
+    g.logger.info("answering %s bytes", size)
+    return "big " + "x" * size
+
+
 @runner.register(name="shardHandler")
 async def shard_handler():
     d = g.xxl_run_data

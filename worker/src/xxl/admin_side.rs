@@ -284,6 +284,7 @@ impl AdminSide {
     /// Delivers a callback; counts and logs what became of it. `first_hand`: this bridge got it
     /// from the executor (so one it does not know is handed to the others).
     fn deliver(&self, item: CallbackParam, first_hand: bool) {
+        let item = item.clipped();
         let log_id = item.log_id;
         let code = item.handle_code;
         let msg = item.message().unwrap_or_default();
@@ -367,12 +368,20 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 ///
 /// `GET /executors` (with the token) lists the live addresses of each app:
 /// `{"apps": {"billing-app": ["http://10.0.0.5:9999"]}}`.
+///
+/// A request body may hold up to [`MAX_CALL_BYTES`]: an executor's callback repeats its
+/// message (`handleMsg` and `executeResult.msg`), and a handler may answer a long one (the run
+/// keeps its first 8 KiB).
 pub fn router(state: Arc<AdminSide>) -> axum::Router {
     axum::Router::new()
         .route("/executors", axum::routing::get(executors))
         .fallback(answer)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_CALL_BYTES))
         .with_state(state)
 }
+
+/// The largest request an executor may send the bridge.
+pub const MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
 async fn executors(State(state): State<Arc<AdminSide>>, headers: HeaderMap) -> Response {
     if !state.token_ok(&headers) {

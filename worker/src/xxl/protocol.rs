@@ -113,6 +113,18 @@ impl CallbackParam {
     pub fn message(&self) -> Option<String> {
         text(&self.handle_msg)
     }
+
+    /// The callback with its message cut to [`cadenza_schemas::MAX_MESSAGE_BYTES`] (with a
+    /// note), as the run keeps it: small enough to log, to hand to the other bridges and to
+    /// report.
+    pub fn clipped(mut self) -> Self {
+        if let Some(m) = self.message() {
+            if m.len() > cadenza_schemas::MAX_MESSAGE_BYTES {
+                self.handle_msg = Value::String(cadenza_schemas::clip_message(&m).into_owned());
+            }
+        }
+        self
+    }
 }
 
 /// `POST <admin>/api/registry` and `/api/registryRemove`.
