@@ -15,13 +15,43 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 /// otherwise keep its row locks, and with them the shards it is about to lose, from the admin
 /// that takes them over. The server ends such a session and the locks go with it.
 pub fn pool(database_url: &str, idle_transaction_ms: u64) -> Result<PgPool, sqlx::Error> {
+    build(database_url, idle_transaction_ms, None, 16)
+}
+
+/// Connections of the API's own pool.
+pub const API_CONNECTIONS: u32 = 8;
+/// The longest a statement of the API may run.
+pub const API_STATEMENT_TIMEOUT_MS: u64 = 30_000;
+
+/// The API's own pool ([`API_CONNECTIONS`] connections, statements cut at
+/// [`API_STATEMENT_TIMEOUT_MS`]): a slow or heavy request (a year's report, many at once) waits
+/// for one of these and never for the connections that renew leases and publish.
+pub fn api_pool(database_url: &str, idle_transaction_ms: u64) -> Result<PgPool, sqlx::Error> {
+    build(
+        database_url,
+        idle_transaction_ms,
+        Some(API_STATEMENT_TIMEOUT_MS),
+        API_CONNECTIONS,
+    )
+}
+
+fn build(
+    database_url: &str,
+    idle_transaction_ms: u64,
+    statement_timeout_ms: Option<u64>,
+    connections: u32,
+) -> Result<PgPool, sqlx::Error> {
     let options: PgConnectOptions = database_url.parse()?;
-    let options = options.application_name("cadenza-admin").options([(
+    let mut settings = vec![(
         "idle_in_transaction_session_timeout",
         idle_transaction_ms.to_string(),
-    )]);
+    )];
+    if let Some(ms) = statement_timeout_ms {
+        settings.push(("statement_timeout", ms.to_string()));
+    }
+    let options = options.application_name("cadenza-admin").options(settings);
     Ok(PgPoolOptions::new()
-        .max_connections(16)
+        .max_connections(connections)
         .acquire_timeout(Duration::from_secs(5))
         .connect_lazy_with(options))
 }

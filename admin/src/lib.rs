@@ -305,8 +305,12 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         stop_ingest.clone(),
     ));
 
+    let api_pool = db::api_pool(
+        config.database_url.expose_secret(),
+        config.scheduler.lease_margin_ms.max(500),
+    )?;
     let state = Arc::new(api::AppState {
-        pool: pool.clone(),
+        pool: api_pool.clone(),
         kafka: kafka.clone(),
         shard_count,
         api_token: config.api_token.clone(),
@@ -329,6 +333,7 @@ pub async fn run(config: AdminConfig, shutdown: CancellationToken) -> anyhow::Re
         stop_ingest.cancel();
     }
     pool.close().await;
+    api_pool.close().await;
     tracing::info!("admin stopped");
     Ok(())
 }

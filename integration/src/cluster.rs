@@ -290,7 +290,7 @@ impl Cluster {
     }
 
     /// Starts `cadenza-worker --serve <serve>` in consumer group [`Self::group`]`(group)` with a unique
-    /// `CADENZA_WORKER_ID` (its [`ProcessHandle::id`]) and `CADENZA_HTTP_ALLOW=127.0.0.1/32`
+    /// `CADENZA_WORKER_ID` (its [`ProcessHandle::id`]), `CADENZA_HTTP_ALLOW=127.0.0.1/32` and `CADENZA_XXL_EXECUTOR_ALLOW=127.0.0.1/32`
     /// (overridable by `extra_env`). Returns at once: wait for an
     /// observable effect (the admin's `/api/workers`, or [`ProcessHandle::wait_for_log`]).
     pub async fn spawn_worker(
@@ -312,6 +312,8 @@ impl Cluster {
             .env("CADENZA_WORKER_ID", &id)
             // Test servers listen on loopback, which the `http` builtin may not reach by default.
             .env("CADENZA_HTTP_ALLOW", "127.0.0.1/32")
+            // The tests' XXL-JOB executors listen on loopback.
+            .env("CADENZA_XXL_EXECUTOR_ALLOW", "127.0.0.1/32")
             .env("RUST_LOG", "info")
             .env("RUST_BACKTRACE", "1")
             .env("NO_COLOR", "1");

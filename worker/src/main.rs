@@ -142,6 +142,23 @@ struct Cli {
     /// in milliseconds, before it fails.
     #[arg(long, env = "CADENZA_XXL_ADDRESS_WAIT_MS", default_value_t = 10_000)]
     xxl_address_wait_ms: u64,
+    /// Executor addresses the XXL-JOB bridge accepts and calls although they are denied by
+    /// default (loopback, link-local, cloud metadata): IP addresses or CIDR blocks, comma
+    /// separated (an executor on the worker's own machine needs 127.0.0.1/32).
+    #[arg(long, env = "CADENZA_XXL_EXECUTOR_ALLOW", value_name = "CIDR,…", value_parser = xxl_executor_allow)]
+    xxl_executor_allow: Option<NetList>,
+    /// Executor addresses the XXL-JOB bridge refuses, even if CADENZA_XXL_EXECUTOR_ALLOW lists
+    /// them (e.g. every network but the executors': CIDR blocks, comma separated).
+    #[arg(long, env = "CADENZA_XXL_EXECUTOR_DENY", value_name = "CIDR,…", value_parser = xxl_executor_deny)]
+    xxl_executor_deny: Option<NetList>,
+}
+
+fn xxl_executor_allow(s: &str) -> Result<NetList, String> {
+    net_policy::parse_list(s).map_err(|e| format!("CADENZA_XXL_EXECUTOR_ALLOW: {e}"))
+}
+
+fn xxl_executor_deny(s: &str) -> Result<NetList, String> {
+    net_policy::parse_list(s).map_err(|e| format!("CADENZA_XXL_EXECUTOR_DENY: {e}"))
 }
 
 fn http_allow(s: &str) -> Result<NetList, String> {
@@ -234,6 +251,11 @@ async fn main() -> anyhow::Result<()> {
         token: cli.xxl_access_token.clone(),
         dead_after: Duration::from_millis(cli.xxl_dead_after_ms),
         address_wait: Duration::from_millis(cli.xxl_address_wait_ms),
+        executor_policy: AddressPolicy::new(
+            cli.xxl_executor_allow.unwrap_or_default().0,
+            cli.xxl_executor_deny.unwrap_or_default().0,
+            cadenza_worker::xxl::protocol::EXECUTOR_SETTINGS,
+        ),
         ..BridgeOptions::default()
     })
     .context("setting up the XXL-JOB bridge's HTTP client")?;
@@ -260,6 +282,21 @@ async fn main() -> anyhow::Result<()> {
     let stop_bridge = CancellationToken::new();
     let bridge_task = match serves_xxl {
         true => {
+            if !cli.xxl_listen.ip().is_loopback()
+                && cli
+                    .xxl_access_token
+                    .as_deref()
+                    .is_none_or(|t| t.trim().is_empty())
+            {
+                anyhow::bail!(
+                    "refusing to start: the XXL-JOB bridge would listen on {} (CADENZA_XXL_LISTEN), \
+                     which is not a loopback address, without CADENZA_XXL_ACCESS_TOKEN: anyone who \
+                     reaches it could register executors (which then receive job parameters) and \
+                     report results. Set CADENZA_XXL_ACCESS_TOKEN (the executors' accessToken), or \
+                     listen on 127.0.0.1",
+                    cli.xxl_listen
+                );
+            }
             let listener = tokio::net::TcpListener::bind(cli.xxl_listen)
                 .await
                 .with_context(|| {
@@ -269,17 +306,6 @@ async fn main() -> anyhow::Result<()> {
                     )
                 })?;
             tracing::info!(listen = %cli.xxl_listen, "XXL-JOB bridge listening for executors");
-            if !cli.xxl_listen.ip().is_loopback()
-                && cli
-                    .xxl_access_token
-                    .as_deref()
-                    .is_none_or(|t| t.trim().is_empty())
-            {
-                tracing::warn!(listen = %cli.xxl_listen,
-                    "the XXL-JOB bridge listens beyond loopback without CADENZA_XXL_ACCESS_TOKEN: \
-                     anyone who reaches it can register executors (which then receive job \
-                     parameters) and report results; set a token");
-            }
             let share = tokio::spawn(cadenza_worker::xxl::share::run(
                 std::sync::Arc::clone(bridge.admin_side()),
                 worker.config().clone(),

@@ -238,6 +238,15 @@ impl From<sqlx::Error> for ApiError {
                     "the database is not reachable; try again shortly",
                 )
             }
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("57014") => {
+                tracing::warn!(error = %e, "an API statement ran past its time limit");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorCode::DatabaseUnavailable,
+                    "the database did not answer within 30 s; ask for less (a shorter range, a \
+                     smaller page) or try again later",
+                )
+            }
             _ => ApiError::internal(e),
         }
     }

@@ -13,6 +13,9 @@ use super::{parse_bool, parse_id, ApiError, ApiResult, Params, Shared};
 
 /// Longest span of one request, in days.
 const MAX_DAYS: i64 = 366;
+/// Most `rows` in one answer (the default page): a year of 10,000 jobs is millions of rows, read
+/// a page at a time with `after`.
+const MAX_ROWS: i64 = 10_000;
 
 /// Runs of one job that ended with one status on one day (UTC).
 #[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -40,8 +43,13 @@ pub struct Report {
     pub to: NaiveDate,
     /// Days with runs, in order.
     pub days: Vec<ReportDay>,
-    /// Per job; empty when asked with `rows=false`.
+    /// Per job, ordered by day, job and status, at most `limit` of them; empty when asked with
+    /// `rows=false`.
     pub rows: Vec<ReportRow>,
+    /// When there are more rows: pass it as `after` for the next page (`days` is whole in every
+    /// page).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// Which days, and which job.
@@ -58,6 +66,36 @@ pub struct ReportQuery {
     /// `false`: only the day totals, without the per-job `rows` (what a chart needs; cheaper
     /// with many jobs). Default `true`.
     rows: Option<bool>,
+    /// Rows per page, 1 to 10,000 (default 10,000).
+    #[param(minimum = 1, maximum = 10000)]
+    limit: Option<i64>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+}
+
+/// The position after a row, as `next` and `after` write it: `DAY/JOB_ID/STATUS`.
+fn cursor(r: &ReportRow) -> String {
+    format!("{}/{}/{}", r.day, r.job_id, r.status)
+}
+
+fn parse_cursor(s: &str) -> ApiResult<(NaiveDate, i64, String)> {
+    let bad = || {
+        ApiError::invalid(
+            "after",
+            format!("{s:?} is not the `next` of a report page (DAY/JOB_ID/STATUS)"),
+        )
+    };
+    let mut parts = s.splitn(3, '/');
+    let day = parts
+        .next()
+        .and_then(|d| NaiveDate::parse_from_str(d, "%Y-%m-%d").ok())
+        .ok_or_else(bad)?;
+    let job = parts
+        .next()
+        .and_then(|j| j.parse::<i64>().ok())
+        .ok_or_else(bad)?;
+    let status = parts.next().filter(|s| !s.is_empty()).ok_or_else(bad)?;
+    Ok((day, job, status.to_owned()))
 }
 
 fn parse_day(field: &str, s: &str) -> ApiResult<NaiveDate> {
@@ -97,15 +135,62 @@ pub async fn daily(
     }
     let job_id = q.get("job_id").map(|s| parse_id("job_id", s)).transpose()?;
     let with_rows = parse_bool("rows", q.get("rows"))?.unwrap_or(true);
-    let mut days: BTreeMap<NaiveDate, BTreeMap<String, i64>> = BTreeMap::new();
-    let rows: Vec<ReportRow> = if with_rows || job_id.is_some() {
+    let limit = match q.get("limit") {
+        Some(s) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (1..=MAX_ROWS).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    format!("{s:?} is not a number from 1 to {MAX_ROWS}"),
+                )
+            })?,
+        None => MAX_ROWS,
+    };
+    let after = q.get("after").map(|s| parse_cursor(s)).transpose()?;
+    let mut rows: Vec<ReportRow> = if with_rows || job_id.is_some() {
         sqlx::query_as(sql!("report/daily"))
             .bind(from)
             .bind(to)
             .bind(job_id)
             .bind(p.visible_like())
+            .bind(after.as_ref().map(|a| a.0))
+            .bind(after.as_ref().map(|a| a.1))
+            .bind(after.as_ref().map(|a| a.2.clone()))
+            .bind(limit + 1)
             .fetch_all(&state.pool)
             .await?
+    } else {
+        Vec::new()
+    };
+    let next = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
+        rows.last().map(cursor)
+    } else {
+        None
+    };
+    let mut days: BTreeMap<NaiveDate, BTreeMap<String, i64>> = BTreeMap::new();
+    if job_id.is_some() && next.is_none() && after.is_none() {
+        // One job's rows are few (days × statuses): they are all here and make its totals.
+        for r in &rows {
+            *days
+                .entry(r.day)
+                .or_default()
+                .entry(r.status.clone())
+                .or_default() += r.runs;
+        }
+    } else if let Some(job) = job_id {
+        let totals: Vec<(NaiveDate, String, i64)> = sqlx::query_as(sql!("report/daily_job"))
+            .bind(from)
+            .bind(to)
+            .bind(job)
+            .bind(p.visible_like())
+            .fetch_all(&state.pool)
+            .await?;
+        for (day, status, runs) in totals {
+            *days.entry(day).or_default().entry(status).or_default() += runs;
+        }
     } else {
         let totals: Vec<(NaiveDate, String, i64)> = sqlx::query_as(sql!("report/daily_totals"))
             .bind(from)
@@ -116,14 +201,6 @@ pub async fn daily(
         for (day, status, runs) in totals {
             *days.entry(day).or_default().entry(status).or_default() += runs;
         }
-        Vec::new()
-    };
-    for r in &rows {
-        *days
-            .entry(r.day)
-            .or_default()
-            .entry(r.status.clone())
-            .or_default() += r.runs;
     }
     let days = days
         .into_iter()
@@ -138,5 +215,6 @@ pub async fn daily(
         to,
         days,
         rows: if with_rows { rows } else { Vec::new() },
+        next: if with_rows { next } else { None },
     }))
 }

@@ -456,3 +456,100 @@ async fn references_to_jobs_stay_within_the_callers_patterns() {
         "{body}"
     );
 }
+
+/// A viewer asking for a year's report over thousands of jobs (here 2,000 jobs × 366 days, 732,000
+/// rows) gets it a page at a time: the admin never holds the whole of it, its memory stays
+/// bounded, and the day totals are whole in every page.
+#[tokio::test]
+async fn a_years_report_over_many_jobs_comes_a_page_at_a_time() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let pool = cluster.pool().await.unwrap();
+    sqlx::query(
+        "INSERT INTO daily_report (day, job_id, status, runs)
+         SELECT d::date, j, 'succeeded', 3
+         FROM generate_series(DATE '2026-01-01', DATE '2026-12-31' + 1, interval '1 day') AS d,
+              generate_series(1, 2000) AS j",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO daily_type_report (day, job_type, status, runs)
+         SELECT d::date, 'bulk.job', 'succeeded', 6000
+         FROM generate_series(DATE '2026-01-01', DATE '2026-12-31' + 1, interval '1 day') AS d",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let before_kib = peak_rss_kib(admin.pid());
+    let api = admin.api();
+    let mut after: Option<String> = None;
+    let mut rows = 0usize;
+    let mut pages = 0;
+    loop {
+        let mut path = "/api/report?from=2026-01-01&to=2027-01-01".to_owned();
+        if let Some(a) = &after {
+            path.push_str(&format!("&after={a}"));
+        }
+        let (status, page) = api.get_json(&path).await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let n = page["rows"].as_array().unwrap().len();
+        assert!(n <= 10_000, "a page holds at most 10,000 rows: {n}");
+        assert_eq!(
+            page["days"].as_array().unwrap().len(),
+            366,
+            "every page has all the days"
+        );
+        assert_eq!(page["days"][0]["runs"], 6000);
+        rows += n;
+        pages += 1;
+        match page["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+        if pages == 5 {
+            // Enough to see the paging; the rest is the same.
+            break;
+        }
+    }
+    assert_eq!((pages, rows), (5, 50_000));
+    let (status, err) = api
+        .get_json("/api/report?from=2026-01-01&to=2027-01-01&after=yesterday")
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+    assert_eq!(err["error"]["field"], "after", "{err}");
+    let after_kib = peak_rss_kib(admin.pid());
+    eprintln!("report pages: admin peak RSS {before_kib} KiB before, {after_kib} KiB after");
+    assert!(
+        after_kib < before_kib + 64 * 1024,
+        "the report added at most 64 MiB to the admin's peak RSS ({before_kib} → {after_kib} KiB)"
+    );
+}
+
+/// The XXL-JOB bridge refuses to listen beyond loopback without an access token (it would take
+/// registrations and results from anyone who reaches it), before it binds anything.
+#[tokio::test]
+async fn the_bridge_refuses_an_open_port_without_a_token() {
+    let cluster = Cluster::start().await.unwrap();
+    let port = cadenza_integration::free_port().unwrap();
+    let listen = format!("0.0.0.0:{port}");
+    let worker = cluster
+        .spawn_worker(
+            "xo.echo=xxl:app/echoHandler",
+            "open-bridge",
+            &[("CADENZA_XXL_LISTEN", listen.as_str())],
+        )
+        .await
+        .unwrap();
+    let status = worker.wait_exit(Duration::from_secs(60)).await.unwrap();
+    assert!(!status.success(), "{status}");
+    let log = worker.log();
+    assert!(
+        log.contains("refusing to start")
+            && log.contains("CADENZA_XXL_ACCESS_TOKEN")
+            && log.contains(&listen),
+        "{log}"
+    );
+}

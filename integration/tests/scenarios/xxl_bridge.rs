@@ -177,6 +177,27 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
     addresses.sort();
     wait_registered(&bridge, APP, &addresses).await;
 
+    // Addresses the bridge would not call are not registered: a cloud metadata address, a
+    // fragment that would change the path called, credentials; the registry is unchanged.
+    for bad in [
+        "http://169.254.169.254:80",
+        &format!("http://127.0.0.1:{port_a}/#/run"),
+        "http://user:pw@10.1.2.3:9999",
+    ] {
+        let answer: Value = reqwest::Client::new()
+            .post(format!("{bridge}/xxl-job-admin/api/registry"))
+            .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
+            .json(&json!({"registryGroup": "EXECUTOR", "registryKey": APP, "registryValue": bad}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["code"], 500, "{bad}: {answer}");
+    }
+    assert_eq!(registered(&bridge, APP).await.unwrap(), addresses);
+
     // Success: the executor's return value is the run's message, its log the run's log.
     let (echo_job, id) = run_job(
         &api,
@@ -242,6 +263,48 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
             );
         }
     }
+
+    // A forged callback (from anyone holding the token: every executor has it) guessing the
+    // log id of a running run does not end it: log ids cannot be guessed.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "nap", "job_type": "xb.sleep", "params": "3",
+               "schedule": {"kind": "none"}}),
+    )
+    .await;
+    wait_for(WAIT, "the nap to run", || {
+        let api = api.clone();
+        async move {
+            let (_, r) = api.get_json(&format!("/api/triggers/{id}")).await?;
+            Ok(text(&r["log"]).contains("sleeping 3").then_some(()))
+        }
+    })
+    .await
+    .unwrap();
+    let forged: Vec<Value> = (0..4)
+        .flat_map(|attempt| (0..3).map(move |dispatch| (attempt, dispatch)))
+        .map(|(attempt, dispatch)| {
+            json!({"logId": id * 10_000 + attempt * 1000 + dispatch, "logDateTim": 0,
+                   "handleCode": 200, "handleMsg": "forged"})
+        })
+        .collect();
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{bridge}/xxl-job-admin/api/callback"))
+        .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
+        .json(&forged)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["code"], 200, "{answer}");
+    let run = ended(&api, id).await;
+    assert_eq!(
+        (&run["status"], &run["message"]),
+        (&json!("succeeded"), &json!("slept 3.0")),
+        "{run}"
+    );
 
     // Timeout: Cadenza's timeout ends the run, /kill stops it on the executor (idle again at
     // once, not after 30 s), and the executor's own result, which comes after, is counted as
@@ -359,6 +422,7 @@ async fn bridge_runs_jobs_on_pyxxl_executors() {
         log.contains(&format!("running sleepHandler on {}", addresses[1])),
         "{log}"
     );
+    // (The forged callbacks above were handed to the other bridges: `forwarded`, not `unknown`.)
     assert_eq!(
         callbacks_counted(&metrics, &cluster.group("bridge"), "unknown")
             .await

@@ -60,9 +60,16 @@ async fn result(
 #[tokio::test]
 async fn pyxxl_executor_speaks_with_cadenza() {
     let cluster = Cluster::start().await.unwrap();
+    // The executor listens on loopback, which the default policy refuses.
+    let policy = cadenza_worker::net_policy::AddressPolicy::new(
+        vec!["127.0.0.1/32".parse().unwrap()],
+        Vec::new(),
+        cadenza_worker::xxl::protocol::EXECUTOR_SETTINGS,
+    );
     let side = Arc::new(AdminSide::new(
         Some(TOKEN.into()),
         admin_side::DEFAULT_DEAD_AFTER,
+        policy,
     ));
     let admin = serve(admin_side::router(side.clone())).await;
     let python = pyxxl_python();

@@ -37,6 +37,13 @@ pub struct Registry {
     dead_after: Duration,
 }
 
+/// Most apps the registry holds, and most addresses per app: registrations beyond are refused.
+pub const MAX_APPS: usize = 1_000;
+/// See [`MAX_APPS`].
+pub const MAX_ADDRESSES_PER_APP: usize = 1_000;
+/// Longest app name or address registered.
+pub const MAX_NAME_BYTES: usize = 512;
+
 /// An address as registered, without the trailing `/` Java executors add.
 pub fn normalize_address(address: &str) -> String {
     address.trim().trim_end_matches('/').to_owned()
@@ -48,6 +55,27 @@ impl Registry {
         Self {
             apps: Mutex::new(HashMap::new()),
             dead_after,
+        }
+    }
+
+    /// Why a beat of `address` for `app` would not fit: a new app when [`MAX_APPS`] are known,
+    /// or a new address when its app has [`MAX_ADDRESSES_PER_APP`].
+    pub fn full_for(&self, app: &str, address: &str) -> Option<String> {
+        let apps = lock(&self.apps);
+        match apps.get(app) {
+            None if apps.len() >= MAX_APPS => Some(format!(
+                "the bridge knows {MAX_APPS} executor apps already; no new app is registered"
+            )),
+            Some(addresses)
+                if addresses.len() >= MAX_ADDRESSES_PER_APP
+                    && !addresses.contains_key(&normalize_address(address)) =>
+            {
+                Some(format!(
+                    "app {app:?} has {MAX_ADDRESSES_PER_APP} executor addresses already; no new \
+                     address is registered"
+                ))
+            }
+            _ => None,
         }
     }
 
@@ -226,6 +254,7 @@ pub struct AdminSide {
     token: Option<String>,
     counted: Family<OutcomeLabel, Counter>,
     share: std::sync::OnceLock<tokio::sync::mpsc::Sender<SharedEvent>>,
+    policy: crate::net_policy::AddressPolicy,
 }
 
 impl std::fmt::Debug for AdminSide {
@@ -239,14 +268,61 @@ impl std::fmt::Debug for AdminSide {
 }
 
 impl AdminSide {
-    /// `token`: the access token executors must send (none or blank: not checked, as XXL-JOB).
-    pub fn new(token: Option<String>, dead_after: Duration) -> Self {
+    /// `token`: the access token executors must send (none or blank: not checked, as XXL-JOB);
+    /// `policy`: the addresses executors may register.
+    pub fn new(
+        token: Option<String>,
+        dead_after: Duration,
+        policy: crate::net_policy::AddressPolicy,
+    ) -> Self {
         Self {
             registry: Registry::new(dead_after),
             callbacks: Callbacks::default(),
             token: token.filter(|t| !t.trim().is_empty()),
             counted: Family::default(),
             share: std::sync::OnceLock::new(),
+            policy,
+        }
+    }
+
+    /// Why `address` may not be registered for `app`: not a URL the bridge would call
+    /// ([`super::protocol::executor_url`]), an address the policy denies, or a registry full.
+    fn refuse(&self, app: &str, address: &str) -> Option<String> {
+        if app.len() > MAX_NAME_BYTES || address.len() > MAX_NAME_BYTES {
+            return Some(format!(
+                "an app name or address longer than {MAX_NAME_BYTES} bytes is not registered"
+            ));
+        }
+        if let Err(why) = super::protocol::executor_url(address, &self.policy) {
+            return Some(why);
+        }
+        self.registry.full_for(app, address)
+    }
+
+    /// The signature of a shared record's `payload` (HMAC-SHA256 keyed with the access token,
+    /// hex), or `None` without a token.
+    pub fn sign(&self, payload: &[u8]) -> Option<String> {
+        use hmac::Mac as _;
+        let token = self.token.as_ref()?;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
+        mac.update(payload);
+        Some(
+            mac.finalize()
+                .into_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        )
+    }
+
+    /// Whether a shared record's `payload` carries the signature of a bridge holding the same
+    /// access token (always, without a token: the bridge then listens on loopback only).
+    pub fn signed(&self, payload: &[u8], signature: Option<&[u8]>) -> bool {
+        match self.sign(payload) {
+            None => true,
+            Some(expected) => {
+                signature.is_some_and(|given| constant_time_eq(given, expected.as_bytes()))
+            }
         }
     }
 
@@ -268,7 +344,13 @@ impl AdminSide {
     /// Applies what another bridge received `age` ago.
     pub fn apply_shared(&self, event: SharedEvent, age: Duration) {
         match event {
-            SharedEvent::Beat { app, address } => self.registry.beat_aged(&app, &address, age),
+            SharedEvent::Beat { app, address } => {
+                if let Some(why) = self.refuse(&app, &address) {
+                    tracing::debug!(%app, %why, "a registration shared by another bridge is not applied");
+                    return;
+                }
+                self.registry.beat_aged(&app, &address, age)
+            }
             SharedEvent::Remove { app, address } => self.registry.remove_aged(&app, &address, age),
             SharedEvent::Callback { item } => {
                 let log_id = item.log_id;
@@ -437,6 +519,10 @@ fn handle(
             }
             let (app, address) = (p.registry_key, p.registry_value);
             if uri == "registry" {
+                if let Some(why) = state.refuse(&app, &address) {
+                    tracing::warn!(%app, address = %address.chars().take(200).collect::<String>(), %why, "xxl executor registration refused");
+                    return ReturnT::fail(why);
+                }
                 state.registry.beat(&app, &address);
                 state.tell_others(SharedEvent::Beat { app, address });
             } else {
@@ -465,6 +551,46 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The default executor policy, with loopback allowed (the executors of these tests).
+    fn loopback_too() -> crate::net_policy::AddressPolicy {
+        crate::net_policy::AddressPolicy::new(
+            vec!["127.0.0.0/8".parse().unwrap()],
+            Vec::new(),
+            super::super::protocol::EXECUTOR_SETTINGS,
+        )
+    }
+
+    #[test]
+    fn registrations_are_urls_the_policy_allows_and_the_registry_is_bounded() {
+        let s = AdminSide::new(None, DEFAULT_DEAD_AFTER, loopback_too());
+        let refused = |app: &str, address: &str| s.refuse(app, address);
+        assert_eq!(refused("a", "http://10.0.0.5:9999/"), None);
+        assert_eq!(refused("a", "https://exec.internal:9999"), None);
+        assert_eq!(refused("a", "http://127.0.0.1:9999"), None);
+        for bad in [
+            "http://169.254.169.254/latest/meta-data",
+            "http://100.100.100.200:80",
+            "http://10.0.0.5:9999/#/steal",
+            "http://10.0.0.5:9999/?x=1",
+            "http://user:pw@10.0.0.5:9999",
+            "file:///etc/passwd",
+            "10.0.0.5:9999",
+        ] {
+            assert!(refused("a", bad).is_some(), "{bad} was accepted");
+        }
+        for i in 0..MAX_ADDRESSES_PER_APP {
+            s.registry
+                .beat("a", &format!("http://10.0.{}.{}:9999", i / 250, i % 250));
+        }
+        assert!(refused("a", "http://10.9.9.9:9999").is_some());
+        assert_eq!(
+            refused("a", "http://10.0.0.0:9999"),
+            None,
+            "a known address beats again"
+        );
+        assert_eq!(refused("b", "http://10.9.9.9:9999"), None);
+    }
+
     fn post(
         state: &AdminSide,
         path: &str,
@@ -490,7 +616,11 @@ mod tests {
 
     #[test]
     fn registry_needs_the_token_and_forgets_silent_addresses() {
-        let s = AdminSide::new(Some("s3cret".into()), Duration::from_millis(200));
+        let s = AdminSide::new(
+            Some("s3cret".into()),
+            Duration::from_millis(200),
+            loopback_too(),
+        );
         let r = post(
             &s,
             "/xxl-job-admin/api/registry",
@@ -549,7 +679,7 @@ mod tests {
 
     #[test]
     fn first_callback_wins_and_late_ones_are_recognised() {
-        let s = AdminSide::new(None, DEFAULT_DEAD_AFTER);
+        let s = AdminSide::new(None, DEFAULT_DEAD_AFTER, loopback_too());
         let mut rx = s.callbacks.expect(7);
         let cb = |code: i64, msg: &str| json!([{"logId": 7, "logDateTim": 1, "handleCode": code, "handleMsg": msg}]);
         assert_eq!(post(&s, "/api/callback", None, cb(200, "done")).code, 200);
@@ -605,7 +735,7 @@ mod tests {
 
     #[test]
     fn shared_events_register_and_deliver_like_first_hand_ones() {
-        let s = AdminSide::new(None, Duration::from_secs(90));
+        let s = AdminSide::new(None, Duration::from_secs(90), loopback_too());
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
         s.share_with(tx);
         let beat = |address: &str| SharedEvent::Beat {

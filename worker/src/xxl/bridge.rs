@@ -48,6 +48,13 @@ pub const LOST_AFTER_IDLE_POLLS: u32 = 10;
 pub const MAX_BROADCAST: usize = 1000;
 /// Pages of log read at most when a run ends.
 const FINAL_LOG_PAGES: u32 = 20;
+/// How often `/kill` is tried on an executor a run was moved away from, and for how long.
+const KILL_RETRY: Duration = Duration::from_secs(5);
+/// See [`KILL_RETRY`].
+const KILL_RETRY_FOR: Duration = Duration::from_secs(600);
+/// The most of an executor's log copied into one run's log (which keeps its last 64 KiB): past
+/// it, the rest stays on the executor.
+const MAX_LOG_COPIED: usize = 4 * 1024 * 1024;
 /// Jobs whose balancing state (round counter, use counts) is kept; beyond, it starts afresh.
 const BALANCE_KEPT: usize = 100_000;
 
@@ -101,6 +108,10 @@ pub struct BridgeOptions {
     pub address_wait: Duration,
     /// How often a waiting run copies the executor's log and checks that it is alive.
     pub poll_interval: Duration,
+    /// The addresses executors may register and the bridge may call
+    /// (`CADENZA_XXL_EXECUTOR_ALLOW`, `CADENZA_XXL_EXECUTOR_DENY`; by default the rules of the
+    /// `http` built-in: not loopback, link-local or cloud metadata addresses).
+    pub executor_policy: crate::net_policy::AddressPolicy,
 }
 
 impl fmt::Debug for BridgeOptions {
@@ -111,6 +122,7 @@ impl fmt::Debug for BridgeOptions {
             .field("dead_after", &self.dead_after)
             .field("address_wait", &self.address_wait)
             .field("poll_interval", &self.poll_interval)
+            .field("executor_policy", &self.executor_policy)
             .finish()
     }
 }
@@ -123,18 +135,19 @@ impl Default for BridgeOptions {
             dead_after: super::admin_side::DEFAULT_DEAD_AFTER,
             address_wait: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
+            executor_policy: crate::net_policy::AddressPolicy::default_for(
+                super::protocol::EXECUTOR_SETTINGS,
+            ),
         }
     }
 }
 
-/// The log id of a dispatch: unique per run, attempt (modulo 10) and dispatch (modulo 1000),
-/// and readable (`trigger_id * 10000 + attempt * 1000 + dispatch`), so an executor's log file
-/// names the Cadenza run. Executors take it as a 64-bit `long`.
-pub fn log_id(trigger_id: i64, attempt: u32, dispatch: u32) -> i64 {
-    trigger_id
-        .saturating_mul(10_000)
-        .saturating_add(i64::from(attempt % 10) * 1000)
-        .saturating_add(i64::from(dispatch % 1000))
+/// A fresh log id for a dispatch: random, so that nobody can guess the id of a run they did not
+/// start and end it with a forged callback (every executor holds the access token). Positive and
+/// below 2^53, so that JavaScript consoles show it exactly; the run's log names it
+/// (`xxl: running … (log id N)`), which ties an executor's log file to the Cadenza run.
+pub fn log_id() -> i64 {
+    rand::random_range(1i64 << 40..1i64 << 53)
 }
 
 /// XXL-JOB's name of a block strategy.
@@ -251,8 +264,16 @@ pub struct Bridge {
 impl Bridge {
     /// A bridge with these settings.
     pub fn new(options: BridgeOptions) -> Result<Arc<Self>, reqwest::Error> {
-        let client = ExecutorClient::new(options.token.clone(), options.call_timeout)?;
-        let side = Arc::new(AdminSide::new(options.token.clone(), options.dead_after));
+        let client = ExecutorClient::with_policy(
+            options.token.clone(),
+            options.call_timeout,
+            options.executor_policy.clone(),
+        )?;
+        let side = Arc::new(AdminSide::new(
+            options.token.clone(),
+            options.dead_after,
+            options.executor_policy.clone(),
+        ));
         Ok(Arc::new(Self {
             side,
             client,
@@ -319,7 +340,7 @@ impl Bridge {
         }
         let route = ctx.route.unwrap_or(RouteStrategy::First);
         if route != RouteStrategy::ShardingBroadcast {
-            return self.dispatch(&target, &ctx, route, None, 0).await;
+            return self.dispatch(&target, &ctx, route, None).await;
         }
         let total = live.len();
         let shard_total = ctx.shard_total.max(1) as usize;
@@ -346,7 +367,7 @@ impl Bridge {
             ctx.log(&msg);
             return Outcome::Success(Some(msg));
         }
-        let runs = mine.iter().enumerate().map(|(k, (p, address))| {
+        let runs = mine.iter().map(|(p, address)| {
             let one = Broadcast {
                 address: address.clone(),
                 index: *p as u32,
@@ -356,7 +377,7 @@ impl Bridge {
             let (target, ctx) = (target.clone(), ctx.clone());
             async move {
                 let outcome = bridge
-                    .dispatch(&target, &ctx, route, Some(one.clone()), k as u32)
+                    .dispatch(&target, &ctx, route, Some(one.clone()))
                     .await;
                 (one, outcome)
             }
@@ -396,12 +417,10 @@ impl Bridge {
         ctx: &RunContext,
         route: RouteStrategy,
         broadcast: Option<Broadcast>,
-        first_dispatch: u32,
     ) -> Outcome {
         let job_id = ctx.job_id.0;
         let mut tried: Vec<String> = Vec::new();
         let mut reasons: Vec<String> = Vec::new();
-        let mut dispatch = first_dispatch;
         loop {
             if ctx.is_cancelled() {
                 return Outcome::failure("interrupted before an executor took the run");
@@ -427,8 +446,7 @@ impl Bridge {
                 return Outcome::Failure(why);
             };
             tried.push(address.clone());
-            let id = log_id(ctx.trigger_id.0, ctx.attempt, dispatch);
-            dispatch += 1;
+            let id = log_id();
             match self
                 .run_on(target, ctx, &address, id, broadcast.as_ref())
                 .await
@@ -575,6 +593,10 @@ impl Bridge {
                             return OnExecutor::Ended(outcome_of(&result, address));
                         }
                         waiting.disarm_kill();
+                        // It may still be running there (a network split, not a crash): the
+                        // first answer it gives again is to a /kill, so the run does not go on
+                        // twice once it is sent elsewhere.
+                        self.kill_when_back(address, job_id);
                         return OnExecutor::Elsewhere(why);
                     }
                     idle = match self.client.idle_beat(address, job_id).await {
@@ -596,6 +618,26 @@ impl Bridge {
                 }
             }
         }
+    }
+
+    /// Sends `/kill` for `job_id` to `address` every [`KILL_RETRY`] until the executor answers
+    /// it (it is back) or [`KILL_RETRY_FOR`] has passed (it is gone for good), in the background.
+    fn kill_when_back(&self, address: &str, job_id: i64) {
+        let client = self.client.clone();
+        let address = address.to_owned();
+        tokio::spawn(async move {
+            let until = tokio::time::Instant::now() + KILL_RETRY_FOR;
+            while tokio::time::Instant::now() < until {
+                tokio::time::sleep(KILL_RETRY).await;
+                match client.kill(&address, job_id).await {
+                    Err(e) if e.never_reached() || matches!(e, CallError::TimedOut { .. }) => {}
+                    answered => {
+                        tracing::info!(%address, job_id, ok = answered.is_ok(), "xxl executor back: /kill sent for the run moved away from it");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     async fn kill(&self, address: &str, job_id: i64) {
@@ -693,6 +735,8 @@ struct LogCursor {
     address: String,
     param: LogParam,
     prefix: String,
+    /// Bytes of the executor's log copied so far.
+    copied: usize,
 }
 
 /// What executors answer for a log that does not exist (yet): not log lines.
@@ -708,6 +752,7 @@ impl LogCursor {
                 from_line_num: 1,
             },
             prefix,
+            copied: 0,
         }
     }
 
@@ -728,6 +773,9 @@ impl LogCursor {
 
     /// The number of lines copied; `None` when the connection was refused.
     async fn fetch_lines(&mut self, client: &ExecutorClient, ctx: &RunContext) -> Option<i64> {
+        if self.copied >= MAX_LOG_COPIED {
+            return Some(0);
+        }
         match client.log(&self.address, &self.param).await {
             Ok(got) => {
                 // Java executors answer `toLineNum` below `fromLineNum` when nothing is new.
@@ -740,6 +788,15 @@ impl LogCursor {
                 }
                 let mut n = 0i64;
                 for line in content.lines() {
+                    if self.copied >= MAX_LOG_COPIED {
+                        ctx.log(format!(
+                            "{}xxl: {MAX_LOG_COPIED} bytes of the executor's log copied; the rest \
+                             is on the executor (log id {})",
+                            self.prefix, self.param.log_id
+                        ));
+                        break;
+                    }
+                    self.copied += line.len() + 1;
                     ctx.log(format!("{}{line}", self.prefix));
                     n += 1;
                 }
@@ -813,11 +870,10 @@ mod tests {
     }
 
     #[test]
-    fn log_ids_are_unique_per_dispatch_and_name_the_run() {
-        assert_eq!(log_id(42, 1, 0), 421_000);
-        assert_eq!(log_id(42, 2, 3), 422_003);
-        assert_ne!(log_id(42, 1, 10), log_id(42, 1, 0));
-        assert_ne!(log_id(42, 1, 1), log_id(43, 1, 1));
+    fn log_ids_cannot_be_guessed_and_stay_exact_in_javascript() {
+        let ids: std::collections::HashSet<i64> = (0..1000).map(|_| log_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|id| (1i64 << 40..1i64 << 53).contains(id)));
     }
 
     #[test]

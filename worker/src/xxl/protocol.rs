@@ -27,6 +27,8 @@ pub const TIMEOUT_CODE: i64 = 502;
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// The most of an unexpected answer quoted in an error.
 const QUOTED: usize = 200;
+/// The largest answer read from an executor (a `/log` page included).
+pub const MAX_ANSWER_BYTES: usize = 2 * 1024 * 1024;
 
 /// `POST /run`: one run for the executor's handler.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,12 +313,64 @@ pub fn read_answer(address: &str, status: u16, body: &[u8]) -> Result<ReturnT, C
     })
 }
 
+/// The prefix of the settings of the executor address policy (`CADENZA_XXL_EXECUTOR_ALLOW`,
+/// `CADENZA_XXL_EXECUTOR_DENY`), named in its messages.
+pub const EXECUTOR_SETTINGS: &str = "CADENZA_XXL_EXECUTOR";
+
+/// An executor's address (what it registers, `http://10.0.0.5:9999/`) as a URL the bridge may
+/// call: `http` or `https`, with a host, and with no user, query or fragment (a `#` or `?` in
+/// an address would change the path the bridge calls). `policy` checks an address written as an
+/// IP; a host name is checked when the call resolves it.
+pub fn executor_url(
+    address: &str,
+    policy: &crate::net_policy::AddressPolicy,
+) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(address.trim())
+        .map_err(|e| format!("executor address {address:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "executor address {address:?}: only http and https are called"
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("executor address {address:?} has no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!(
+            "executor address {address:?} carries credentials; register the address alone"
+        ));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "executor address {address:?} has a query or a fragment ('?' or '#'); register the \
+             address alone"
+        ));
+    }
+    policy.check_url(&url).map_err(|d| d.to_string())?;
+    Ok(url)
+}
+
+/// `address` (checked by [`executor_url`]) with `path` appended as its last segment.
+fn call_url(
+    address: &str,
+    path: &str,
+    policy: &crate::net_policy::AddressPolicy,
+) -> Result<reqwest::Url, String> {
+    let mut url = executor_url(address, policy)?;
+    url.path_segments_mut()
+        .map_err(|()| format!("executor address {address:?} cannot take a path"))?
+        .pop_if_empty()
+        .push(path);
+    Ok(url)
+}
+
 /// The calls an admin makes to executors, with the access token and a timeout per call.
 #[derive(Clone)]
 pub struct ExecutorClient {
     http: reqwest::Client,
     token: Option<String>,
     timeout: Duration,
+    policy: crate::net_policy::AddressPolicy,
 }
 
 impl fmt::Debug for ExecutorClient {
@@ -329,18 +383,44 @@ impl fmt::Debug for ExecutorClient {
 }
 
 impl ExecutorClient {
-    /// A client that sends `token` (if any) and gives each call `timeout`.
+    /// A client that sends `token` (if any), gives each call `timeout`, and calls only the
+    /// addresses the default executor policy allows plus loopback (for tools and tests on one
+    /// machine).
     pub fn new(token: Option<String>, timeout: Duration) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
+        let loopback = ["127.0.0.0/8", "::1/128"]
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        Self::with_policy(
+            token,
+            timeout,
+            crate::net_policy::AddressPolicy::new(loopback, Vec::new(), EXECUTOR_SETTINGS),
+        )
+    }
+
+    /// A client that sends `token` (if any), gives each call `timeout`, and connects only to
+    /// addresses `policy` allows (checked after resolution, as the `http` built-in does).
+    pub fn with_policy(
+        token: Option<String>,
+        timeout: Duration,
+        policy: crate::net_policy::AddressPolicy,
+    ) -> Result<Self, reqwest::Error> {
+        let http = policy
+            .client_builder()
             .connect_timeout(timeout)
             .timeout(timeout)
-            .redirect(reqwest::redirect::Policy::none())
             .build()?;
         Ok(Self {
             http,
             token: token.filter(|t| !t.trim().is_empty()),
             timeout,
+            policy,
         })
+    }
+
+    /// The policy of the addresses this client calls.
+    pub fn policy(&self) -> &crate::net_policy::AddressPolicy {
+        &self.policy
     }
 
     async fn call<B: Serialize + ?Sized>(
@@ -349,10 +429,14 @@ impl ExecutorClient {
         path: &str,
         body: &B,
     ) -> Result<ReturnT, CallError> {
-        let url = format!("{}/{path}", address.trim_end_matches('/'));
+        let url =
+            call_url(address, path, &self.policy).map_err(|reason| CallError::Unreachable {
+                address: address.to_owned(),
+                reason,
+            })?;
         let mut req = self
             .http
-            .post(&url)
+            .post(url)
             .header("Content-Type", "application/json;charset=UTF-8")
             .json(body);
         if let Some(token) = &self.token {
@@ -376,9 +460,20 @@ impl ExecutorClient {
                 }
             }
         };
-        let resp = req.send().await.map_err(failed)?;
+        let mut resp = req.send().await.map_err(failed)?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(failed)?;
+        // Read at most MAX_ANSWER_BYTES: an executor answering without end (a huge log page)
+        // costs this worker no more memory than that.
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(failed)? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(CallError::Broken {
+                    address: address.to_owned(),
+                    reason: format!("the answer is larger than {MAX_ANSWER_BYTES} bytes"),
+                });
+            }
+            body.extend_from_slice(&chunk);
+        }
         read_answer(address, status, &body)
     }
 

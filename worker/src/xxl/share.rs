@@ -17,6 +17,7 @@ use chrono::Utc;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Headers as _;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
@@ -57,6 +58,9 @@ pub enum SharedEvent {
     },
 }
 
+/// The header of a shared record's signature ([`AdminSide::sign`]).
+pub const HEADER_SIGNATURE: &str = "cadenza-signature";
+
 /// A record of `<prefix>.xxl-bridge`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SharedRecord {
@@ -88,16 +92,27 @@ pub async fn run(
         .set("group.id", format!("{}.xxl-bridge.{me}", config.group))
         .set("client.id", format!("{}.xxl-bridge", config.worker_id.0));
     let consumer: StreamConsumer = consumer_config.create()?;
-    // Every partition, from the beginning (records are few; old beats are skipped by age).
-    let metadata = consumer
-        .fetch_metadata(Some(&topic), Duration::from_secs(10))
-        .map_err(|e| anyhow::anyhow!("cannot read the metadata of {topic}: {e}"))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
+    // Every partition, from the beginning (records are few; old beats are skipped by age). A
+    // topic just created takes a moment to show its partitions.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let partitions: Vec<i32> = loop {
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map_err(|e| anyhow::anyhow!("cannot read the metadata of {topic}: {e}"))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic)
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if !partitions.is_empty() || tokio::time::Instant::now() >= deadline {
+            break partitions;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    };
     if partitions.is_empty() {
         anyhow::bail!(
             "topic {topic} does not exist and could not be created: bridge workers cannot share \
@@ -138,7 +153,10 @@ pub async fn run(
                         continue;
                     }
                 };
-                let record = Record { topic: topic.clone(), key, payload: Some(payload), headers: Vec::new() };
+                // Signed with the access token: a record that did not come from a bridge of the
+                // deployment (anything else that can write to the topic) is not applied.
+                let headers = side.sign(&payload).map(|sig| vec![(HEADER_SIGNATURE, sig)]).unwrap_or_default();
+                let record = Record { topic: topic.clone(), key, payload: Some(payload), headers };
                 if out_tx.try_send(record).is_err() {
                     tracing::warn!("the bridge's queue to the other workers is full: a record was dropped");
                 }
@@ -153,7 +171,15 @@ pub async fn run(
                     }
                 };
                 let payload = msg.payload();
-                match payload.map(serde_json::from_slice::<SharedRecord>) {
+                let signature = msg
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == HEADER_SIGNATURE).and_then(|h| h.value));
+                let parsed = match payload {
+                    Some(p) if !side.signed(p, signature) => Some(Err(None)),
+                    Some(p) => Some(serde_json::from_slice::<SharedRecord>(p).map_err(Some)),
+                    None => None,
+                };
+                match parsed {
                     Some(Ok(record)) if record.from == me => {}
                     Some(Ok(record)) => {
                         let age_ms = Utc::now().timestamp_millis().saturating_sub(record.at_ms);
@@ -162,7 +188,11 @@ pub async fn run(
                     }
                     bad => {
                         let reason = match bad {
-                            Some(Err(e)) => format!("not a shared bridge record: {e}"),
+                            Some(Err(Some(e))) => format!("not a shared bridge record: {e}"),
+                            Some(Err(None)) => format!(
+                                "a shared bridge record without a valid {HEADER_SIGNATURE} header: \
+                                 not from a bridge with this deployment's CADENZA_XXL_ACCESS_TOKEN"
+                            ),
                             _ => "empty shared bridge record".to_owned(),
                         };
                         let origin = Origin { topic: topic.clone(), partition: msg.partition(), offset: msg.offset() };
