@@ -21,6 +21,8 @@ use crate::kafka::KafkaClients;
 
 /// Most runs one request may replay; larger replays are split (the CLI does it by offsets).
 pub const MAX_RUNS: i64 = 10_000;
+/// Most bytes of params a replay keeps in memory while it reads the topic.
+pub const MAX_KEPT_BYTES: usize = 64 * 1024 * 1024;
 /// Longest read of one partition.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -258,45 +260,76 @@ pub async fn replay(
     req.validate(partitions)?;
     let ranges = plan(pool, req).await?;
     let topic = kafka.topics().trigger(&req.job_type);
+    // Scanned record by record: only the triggers to replay are kept, and at most
+    // MAX_KEPT_BYTES of their params (a trigger's params may hold 256 KiB).
+    #[derive(Default)]
+    struct Scan {
+        found: Vec<Found>,
+        bytes: usize,
+        over: bool,
+    }
     let mut found: Vec<Found> = Vec::new();
+    let mut bytes = 0usize;
     for r in &ranges {
-        let records = kafka
-            .read_partition(
+        let (from, to, job_id) = (req.from, req.to, req.job_id);
+        let partition = r.partition;
+        let budget = MAX_KEPT_BYTES.saturating_sub(bytes);
+        let scan: Scan = kafka
+            .scan_partition(
                 &topic,
                 r.partition,
                 Some(r.from_offset),
                 r.to_offset,
                 READ_TIMEOUT,
+                move |scan: &mut Scan, rec| {
+                    if scan.over {
+                        return;
+                    }
+                    let Some(TriggerRecord::Trigger(t)) = rec.record else {
+                        return; // fences and unreadable records
+                    };
+                    let in_window = match (from, to) {
+                        (Some(f), Some(to)) => t.fire_time >= f && t.fire_time < to,
+                        _ => true,
+                    };
+                    if !in_window || job_id.is_some_and(|j| j != t.job_id.0) {
+                        return;
+                    }
+                    scan.bytes += t.params.len();
+                    if scan.bytes > budget || scan.found.len() as i64 >= MAX_RUNS * 2 {
+                        scan.over = true;
+                        scan.found.clear();
+                        return;
+                    }
+                    scan.found.push(Found {
+                        run: ReplayedRun {
+                            original_id: t.trigger_id.0,
+                            job_id: t.job_id.0,
+                            fire_time: t.fire_time,
+                            partition,
+                            offset: rec.offset,
+                            shard_index: t.shard_index,
+                            trigger_id: None,
+                        },
+                        params: t.params,
+                        block: t.block.as_str(),
+                        timeout_ms: i64::try_from(t.timeout_ms).unwrap_or(i64::MAX),
+                        shard_total: i32::try_from(t.shard_total).unwrap_or(i32::MAX),
+                    });
+                },
             )
             .await
             .map_err(ReplayError::Broker)?;
-        for rec in records {
-            let Some(TriggerRecord::Trigger(t)) = rec.record else {
-                continue; // fences and unreadable records
-            };
-            let in_window = match (req.from, req.to) {
-                (Some(f), Some(to)) => t.fire_time >= f && t.fire_time < to,
-                _ => true,
-            };
-            if !in_window || req.job_id.is_some_and(|j| j != t.job_id.0) {
-                continue;
-            }
-            found.push(Found {
-                run: ReplayedRun {
-                    original_id: t.trigger_id.0,
-                    job_id: t.job_id.0,
-                    fire_time: t.fire_time,
-                    partition: r.partition,
-                    offset: rec.offset,
-                    shard_index: t.shard_index,
-                    trigger_id: None,
-                },
-                params: t.params,
-                block: t.block.as_str(),
-                timeout_ms: i64::try_from(t.timeout_ms).unwrap_or(i64::MAX),
-                shard_total: i32::try_from(t.shard_total).unwrap_or(i32::MAX),
-            });
+        if scan.over {
+            return Err(ReplayError::TooLarge(format!(
+                "the triggers to replay hold more than {} MiB of params (or more than {} \
+                 triggers): split the window or the ranges",
+                MAX_KEPT_BYTES / (1024 * 1024),
+                MAX_RUNS * 2
+            )));
         }
+        bytes += scan.bytes;
+        found.extend(scan.found);
     }
     if found.is_empty() {
         let what = match (req.from, req.to) {

@@ -31,7 +31,14 @@ pub const DEFAULT_FETCH_WAIT: Duration = Duration::from_millis(100);
 /// Longest wait of a trigger fetch that may be set.
 pub const MAX_FETCH_WAIT: Duration = Duration::from_secs(10);
 /// Default time a graceful stop waits for running runs.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
+/// Default time a whole graceful stop may take, every step included: below Kubernetes' default
+/// grace period (30 s), so that a worker is never SIGKILLed in the middle of its stop.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(25);
+/// What a stop keeps, out of its deadline, for the steps after the drain (hand-back, commit,
+/// tombstone, leaving the group, flush): the drain ends this long before the deadline at the
+/// latest.
+pub const STOP_RESERVE: Duration = Duration::from_secs(8);
 /// Default bound on the log kept per run (the tail is sent in the `finished` event).
 pub const DEFAULT_RUN_LOG_LIMIT: usize = 64 * 1024;
 /// Default partitions of a trigger topic this worker creates (`CADENZA_TRIGGER_PARTITIONS`, the
@@ -65,8 +72,13 @@ pub struct WorkerConfig {
     /// How often a heartbeat is published. Default 5 s.
     pub heartbeat_interval: Duration,
     /// How long a graceful stop waits for running runs before handing them back unfinished
-    /// (they are redelivered to the partition's next owner). Default 30 s.
+    /// (they are redelivered to the partition's next owner). Default 15 s; at most the stop
+    /// timeout less [`STOP_RESERVE`].
     pub drain_timeout: Duration,
+    /// How long a whole graceful stop may take ([`DEFAULT_STOP_TIMEOUT`]): each step gets what
+    /// is left of it, and a step still waiting at the deadline (a broker that is down) is given
+    /// up, so the process exits in time.
+    pub stop_timeout: Duration,
     /// How long a cancelled handler (timed out, covered, or cancelled by an operator) may take
     /// to return before it is abandoned and its task aborted. Default 5 s.
     pub cancel_grace: Duration,
@@ -166,6 +178,7 @@ impl Default for WorkerConfig {
             max_in_flight: 1024,
             heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            stop_timeout: DEFAULT_STOP_TIMEOUT,
             cancel_grace: Duration::from_secs(5),
             commit_interval: Duration::from_millis(100),
             revoke_timeout: Duration::from_secs(10),

@@ -256,9 +256,15 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long a graceful stop waits for running runs (default 30 s).
+    /// How long a graceful stop waits for running runs (default 15 s).
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.config.drain_timeout = timeout;
+        self
+    }
+
+    /// How long a whole graceful stop may take (default 25 s).
+    pub fn stop_timeout(mut self, timeout: Duration) -> Self {
+        self.config.stop_timeout = timeout;
         self
     }
 
@@ -679,6 +685,7 @@ impl Worker {
         Ok(Running {
             worker_id: cfg.worker_id,
             drain_timeout: cfg.drain_timeout,
+            stop_timeout: cfg.stop_timeout,
             stop_intake,
             intake_stopped,
             intake_failed,
@@ -709,6 +716,8 @@ pub struct Running {
     worker_id: WorkerId,
     /// How long step 3 waits for running runs.
     drain_timeout: Duration,
+    /// How long the whole stop may take.
+    stop_timeout: Duration,
     /// Step 1: cancelled first; the intake takes no more messages. The consumer task then pauses
     /// its partitions and goes on serving the consumer's callbacks (rebalances) until step 4.
     stop_intake: CancellationToken,
@@ -787,6 +796,7 @@ impl Running {
         let Self {
             worker_id,
             drain_timeout,
+            stop_timeout,
             stop_intake,
             intake_stopped,
             intake_failed,
@@ -803,13 +813,31 @@ impl Running {
             stop_metrics,
             metrics_task,
         } = self;
+        let deadline = tokio::time::Instant::now() + stop_timeout;
+        // Each step waits at most what is left of the stop's time; one still waiting at the
+        // deadline (a broker that is down) is given up, and the next steps get no time.
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+        let given_up = |step: &'static str| {
+            tracing::warn!(
+                step,
+                stop_timeout_ms = stop_timeout.as_millis() as u64,
+                "stop deadline: a step did not finish in time and is given up"
+            );
+        };
 
         // 1. Stop taking triggers, and wait until the intake has handled its last message.
         stop_intake.cancel();
-        intake_stopped.cancelled().await;
+        if tokio::time::timeout(left(), intake_stopped.cancelled())
+            .await
+            .is_err()
+        {
+            given_up("intake");
+        }
+        let drain = drain_timeout.min(left().saturating_sub(config::STOP_RESERVE));
         tracing::info!(
             in_flight = env.in_flight.count(),
-            drain_timeout_ms = drain_timeout.as_millis() as u64,
+            drain_timeout_ms = drain.as_millis() as u64,
+            stop_timeout_ms = stop_timeout.as_millis() as u64,
             "stopping: taking no new triggers, draining running runs"
         );
 
@@ -818,36 +846,41 @@ impl Running {
         env.tasks.close();
 
         // 3. Drain, then abandon what still runs.
-        if tokio::time::timeout(drain_timeout, env.tasks.wait())
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(drain, env.tasks.wait()).await.is_err() {
             tracing::warn!(
                 unfinished = env.tasks.len(),
                 "drain timed out: handing back the runs still in progress (they will run again)"
             );
             env.abandon.cancel();
             // Runs return promptly once abandoned; bounded anyway.
-            let _ = tokio::time::timeout(Duration::from_secs(5), env.tasks.wait()).await;
+            let wait = Duration::from_secs(5).min(left());
+            let _ = tokio::time::timeout(wait, env.tasks.wait()).await;
         }
 
         // 4. Release the consumer.
         release_consumer.cancel();
-        if let Err(error) = consumer_task.await {
-            tracing::warn!(%error, "the consumer task failed");
+        match tokio::time::timeout(left(), consumer_task).await {
+            Ok(Err(error)) => tracing::warn!(%error, "the consumer task failed"),
+            Ok(Ok(())) => {}
+            Err(_) => given_up("consumer"),
         }
 
         // 5. Stop the committer; final commit.
         stop_commits.cancel();
-        let _ = commit_task.await;
-        if let Err(error) = tokio::task::spawn_blocking(move || committer.commit_final()).await {
-            tracing::warn!(%error, "final commit task failed");
+        let _ = tokio::time::timeout(left(), commit_task).await;
+        let committing = tokio::task::spawn_blocking(move || committer.commit_final());
+        match tokio::time::timeout(left(), committing).await {
+            Ok(Err(error)) => tracing::warn!(%error, "final commit task failed"),
+            Ok(Ok(())) => {}
+            Err(_) => given_up("final commit"),
         }
 
         // 6. Stop the heartbeat (tombstone).
         stop_heartbeats.cancel();
-        if let Err(error) = heartbeat_task.await {
-            tracing::warn!(%error, "heartbeat task failed");
+        match tokio::time::timeout(left(), heartbeat_task).await {
+            Ok(Err(error)) => tracing::warn!(%error, "heartbeat task failed"),
+            Ok(Ok(())) => {}
+            Err(_) => given_up("heartbeat tombstone"),
         }
 
         // 7. Leave the group: unsubscribe, then close (blocking: librdkafka serves the final
@@ -858,22 +891,26 @@ impl Running {
             consumer.unsubscribe();
             drop(consumer);
         });
-        if let Err(error) = closing.await {
-            tracing::warn!(%error, "closing the consumer failed");
+        match tokio::time::timeout(left(), closing).await {
+            Ok(Err(error)) => tracing::warn!(%error, "closing the consumer failed"),
+            Ok(Ok(())) => {}
+            Err(_) => given_up("leaving the group"),
         }
 
-        // 8. Flush the producer.
-        let flushing = tokio::task::spawn_blocking(move || producer.flush(Duration::from_secs(10)));
-        match flushing.await {
-            Ok(Ok(())) => {}
+        // 8. Flush the producer, with what is left (at least a moment).
+        let flush_for = left().max(Duration::from_millis(100));
+        let flushing = tokio::task::spawn_blocking(move || producer.flush(flush_for));
+        match tokio::time::timeout(flush_for + Duration::from_millis(200), flushing).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "flushing the producer failed"),
             Ok(Err(error)) => tracing::warn!(%error, "flushing the producer failed"),
-            Err(error) => tracing::warn!(%error, "flushing the producer failed"),
+            Err(_) => given_up("flushing the producer"),
         }
 
         // 9. Stop the metrics listener.
         stop_metrics.cancel();
         if let Some(task) = metrics_task {
-            if let Err(error) = task.await {
+            if let Ok(Err(error)) = tokio::time::timeout(Duration::from_secs(1), task).await {
                 tracing::warn!(%error, "the metrics listener failed");
             }
         }

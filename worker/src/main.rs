@@ -43,9 +43,15 @@ struct Cli {
     #[arg(long, env = "CADENZA_HEARTBEAT_MS", default_value_t = 5000,
           value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_ms: u64,
-    /// How long a graceful stop waits for running runs, in milliseconds.
-    #[arg(long, env = "CADENZA_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    /// How long a graceful stop waits for running runs, in milliseconds (at most the stop
+    /// timeout less 8 s).
+    #[arg(long, env = "CADENZA_DRAIN_TIMEOUT_MS", default_value_t = 15_000)]
     drain_timeout_ms: u64,
+    /// How long a whole graceful stop may take, in milliseconds: keep it below the grace period
+    /// your supervisor gives before SIGKILL (Kubernetes: 30 s by default).
+    #[arg(long, env = "CADENZA_STOP_TIMEOUT_MS", default_value_t = 25_000,
+          value_parser = clap::value_parser!(u64).range(1000..))]
+    stop_timeout_ms: u64,
     /// Consumer session timeout in milliseconds: a worker that stops answering loses its
     /// partitions after this.
     #[arg(long, env = "CADENZA_SESSION_TIMEOUT_MS", default_value_t = 10_000,
@@ -215,7 +221,7 @@ async fn main() -> anyhow::Result<()> {
                 .exit();
         }
     }
-    let _telemetry = cadenza_worker::telemetry::init("cadenza-worker", "info");
+    let telemetry = cadenza_worker::telemetry::init("cadenza-worker", "info");
 
     let mut builder = Worker::builder()
         .brokers(cli.brokers)
@@ -224,6 +230,7 @@ async fn main() -> anyhow::Result<()> {
         .capacity(cli.capacity)
         .heartbeat_interval(Duration::from_millis(cli.heartbeat_ms))
         .drain_timeout(Duration::from_millis(cli.drain_timeout_ms))
+        .stop_timeout(Duration::from_millis(cli.stop_timeout_ms))
         .session_timeout(Duration::from_millis(cli.session_timeout_ms))
         .group_protocol(cli.group_protocol)
         .fetch_wait(Duration::from_millis(cli.fetch_wait_ms))
@@ -348,12 +355,25 @@ async fn main() -> anyhow::Result<()> {
     };
     stop_bridge.cancel();
     if let Some(task) = bridge_task {
-        match task.await {
+        match tokio::time::timeout(Duration::from_secs(2), task)
+            .await
+            .unwrap_or(Ok(Ok(())))
+        {
             Ok(Err(e)) => tracing::warn!(error = %e, "the XXL-JOB bridge listener failed"),
             Err(e) => tracing::warn!(error = %e, "the XXL-JOB bridge listener panicked"),
             Ok(Ok(())) => {}
         }
     }
-    result?;
-    Ok(())
+    // Exit now (spans flushed first): a blocking call of the stop that was given up at its
+    // deadline (librdkafka waiting for a broker that is down) would otherwise hold the
+    // runtime's shutdown.
+    drop(telemetry);
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            tracing::error!(error = %e, "the worker stopped with an error");
+            eprintln!("Error: {e}");
+            std::process::exit(1)
+        }
+    }
 }

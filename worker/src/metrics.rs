@@ -71,6 +71,9 @@ pub struct WorkerMetrics {
     pub(crate) commit_rounds: Family<OutcomeLabel, Counter>,
     pub(crate) rebalances: Family<KindLabel, Counter>,
     pub(crate) dlq_records: Counter,
+    /// Partitions taken over without their earlier owners' progress (every read failed): their
+    /// triggers at and above the committed offset run again.
+    pub(crate) progress_unknown: Counter,
     /// The partitions the lag gauges hold now (to drop those no longer assigned).
     lag_series: Mutex<Vec<PartitionLabels>>,
 }
@@ -113,6 +116,7 @@ impl WorkerMetrics {
             commit_rounds: Family::default(),
             rebalances: Family::default(),
             dlq_records: Counter::default(),
+            progress_unknown: Counter::default(),
             lag_series: Mutex::new(Vec::new()),
         };
         m.capacity.set(i64::from(capacity));
@@ -177,6 +181,11 @@ impl WorkerMetrics {
             "dlq_records",
             "Records this worker sent to the dead-letter topic",
             m.dlq_records.clone(),
+        );
+        registry.register(
+            "progress_unknown_partitions",
+            "Partitions taken over whose earlier owners' progress could not be read after every retry: their triggers from the committed offset on run again",
+            m.progress_unknown.clone(),
         );
         for register in extra {
             register(&mut registry);

@@ -306,8 +306,26 @@ fn log_layers<'a>(logs: &[&'a RunLogLines]) -> Vec<Vec<&'a RunLogLines>> {
     layers
 }
 
+/// The highest attempt a result may carry: a run is redelivered once per failed owner, never
+/// thousands of times; an event claiming more (a forged `started` with attempt 2^31 − 1 would
+/// otherwise shut out every real result of the run) goes to the DLQ.
+pub const MAX_ATTEMPT: u32 = 10_000;
+
 /// Why an event is refused (it goes to the DLQ).
 fn check(e: &ResultEvent) -> Result<(), String> {
+    let (attempt, partition, offset) = match e {
+        ResultEvent::Started(s) => (s.attempt, Some(s.partition), Some(s.offset)),
+        ResultEvent::Finished(f) => (f.attempt, Some(f.partition), Some(f.offset)),
+        ResultEvent::Log(l) => (l.attempt, None, None),
+    };
+    if attempt == 0 || attempt > MAX_ATTEMPT {
+        return Err(format!(
+            "attempt {attempt} is not between 1 and {MAX_ATTEMPT}"
+        ));
+    }
+    if partition.is_some_and(|p| p < 0) || offset.is_some_and(|o| o < 0) {
+        return Err("a negative partition or offset".to_owned());
+    }
     if let ResultEvent::Finished(f) = e {
         if !f.status.is_worker_outcome() {
             return Err(format!(

@@ -553,3 +553,135 @@ async fn the_bridge_refuses_an_open_port_without_a_token() {
         "{log}"
     );
 }
+
+/// A worker told to stop while its broker is down (a run in progress, its commits and its
+/// tombstone with nowhere to go) still exits within its stop timeout, before a supervisor would
+/// SIGKILL it; once the broker is back the run is not lost: it runs again and succeeds.
+#[tokio::test]
+async fn a_worker_stopped_while_its_broker_is_down_exits_in_time_and_loses_nothing() {
+    use cadenza_integration::{Broker, Signal};
+    let cluster = Cluster::start_on(Broker::start().await.unwrap())
+        .await
+        .unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let env = [
+        ("CADENZA_STOP_TIMEOUT_MS", "12000"),
+        ("CADENZA_DRAIN_TIMEOUT_MS", "3000"),
+    ];
+    let worker = cluster
+        .spawn_worker("down.sleep=sleep", "down", &env)
+        .await
+        .unwrap();
+    let job = api
+        .create_job(
+            &json!({"name": "long", "job_type": "down.sleep", "params": "6000",
+                            "timeout_ms": 300000, "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let id = api.trigger_now(job).await.unwrap();
+    api.wait_run_status(id, "running", Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    cluster.broker().stop().await.unwrap();
+    let asked = Instant::now();
+    worker.signal(Signal::SIGTERM).unwrap();
+    let status = worker.wait_exit(Duration::from_secs(90)).await.unwrap();
+    let took = asked.elapsed();
+    eprintln!("worker stopped in {took:?} with the broker down ({status})");
+    assert!(
+        took < Duration::from_secs(15),
+        "a stop of at most 12 s took {took:?}:\n{}",
+        worker.log_tail(30)
+    );
+
+    cluster.broker().start_again().await.unwrap();
+    let _again = cluster
+        .spawn_worker("down.sleep=sleep", "down", &env)
+        .await
+        .unwrap();
+    let run = api
+        .wait_run_status(id, "succeeded", Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", cluster.dump_logs_tail(40)));
+    assert!(run["attempt"].as_i64().unwrap() >= 2, "it ran again: {run}");
+}
+
+/// A producer on the results topic that is not the run's worker: a `started` claiming attempt
+/// 2^31 − 1 (which would shut out every real result) goes to the DLQ, and a `finished` from
+/// another partition than the run's changes nothing; the worker's real result ends the run.
+#[tokio::test]
+async fn forged_results_neither_end_a_run_nor_shut_out_its_worker() {
+    use cadenza_schemas::{JobId, ResultEvent, RunFinished, RunStatus, TriggerId, WorkerId};
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let _worker = cluster
+        .spawn_worker("forge.sleep=sleep", "forge", &[])
+        .await
+        .unwrap();
+    let job = api
+        .create_job(
+            &json!({"name": "nap", "job_type": "forge.sleep", "params": "4000",
+                            "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let id = api.trigger_now(job).await.unwrap();
+    let run = api
+        .wait_run_status(id, "running", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let partition = run["partition"].as_i64().unwrap() as i32;
+    let results = cluster.topics().results();
+    let key = id.to_string();
+    let forged_started = json!({"event": "started", "trigger_id": id, "job_id": job,
+        "worker_id": "mallory", "group": "forge", "partition": partition, "offset": 0,
+        "attempt": 2147483647u32, "started_at": chrono::Utc::now()});
+    let forged_finished = ResultEvent::Finished(RunFinished {
+        trigger_id: TriggerId(id),
+        job_id: JobId(job),
+        worker_id: WorkerId("mallory".into()),
+        group: "forge".into(),
+        partition: partition + 1,
+        offset: 0,
+        attempt: 1,
+        status: RunStatus::Failed,
+        started_at: None,
+        finished_at: chrono::Utc::now(),
+        published_at: None,
+        message: Some("forged".into()),
+        log: None,
+        retry_requested: false,
+        output: None,
+    });
+    for payload in [
+        serde_json::to_vec(&forged_started).unwrap(),
+        serde_json::to_vec(&forged_finished).unwrap(),
+    ] {
+        cadenza_integration::produce(
+            &cluster.brokers(),
+            &results,
+            None,
+            Some(key.as_bytes()),
+            &payload,
+        )
+        .await
+        .unwrap();
+    }
+    let run = api
+        .wait_run_status(id, "succeeded", Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", cluster.dump_logs_tail(30)));
+    assert_eq!(run["attempt"], 1, "{run}");
+    assert_ne!(run["message"], "forged", "{run}");
+    let dlq = cluster.dlq_records(Duration::from_secs(20)).await.unwrap();
+    assert!(
+        dlq.iter().any(|r| r
+            .to_string()
+            .contains("attempt 2147483647 is not between 1 and 10000")),
+        "{dlq:?}"
+    );
+}

@@ -153,3 +153,89 @@ async fn wait_stopped(w: &WorkerHandle) {
     .await
     .unwrap();
 }
+
+/// A new owner whose first reads of the partition's progress fail (a stall, a refused claim, a
+/// broker blip during the rebalance; here the worker's test hook
+/// `CADENZA_TEST_FAIL_PROGRESS_READS`) reads it again rather than assume nothing was done: of 50
+/// runs finished above a long one that was still running, none runs again; only the long run
+/// does.
+#[tokio::test]
+async fn a_new_owner_whose_progress_read_fails_reads_it_again_and_reruns_nothing_finished() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster
+        .spawn_admin(&[
+            ("CADENZA_TRIGGER_PARTITIONS", "1"),
+            ("CADENZA_WORKER_DEAD_MS", "3000"),
+        ])
+        .await
+        .unwrap();
+    let api = &admin.api();
+    let topic = format!("{}.trigger.reread.work", cluster.topic_prefix());
+    let env = [
+        ("CADENZA_TRIGGER_PARTITIONS", "1"),
+        ("CADENZA_SESSION_TIMEOUT_MS", "6000"),
+        ("CADENZA_HEARTBEAT_MS", "500"),
+    ];
+    let quick = create_job(
+        api,
+        sleep_job("quick", "reread.work", 1, json!({"kind": "none"})),
+    )
+    .await;
+    let long = create_job(
+        api,
+        sleep_job("long", "reread.work", 8_000, json!({"kind": "none"})),
+    )
+    .await;
+    let a = cluster
+        .spawn_worker("reread.work=sleep", "reread", &env)
+        .await
+        .unwrap();
+    api.wait_assignment(&topic, &[a.id().to_owned()], 1, WAIT)
+        .await
+        .unwrap();
+    let long_run = api.trigger_now(long).await.unwrap();
+    api.wait_run_status(long_run, "running", WAIT)
+        .await
+        .unwrap();
+    let mut quick_runs = Vec::new();
+    for _ in 0..50 {
+        quick_runs.push(api.trigger_now(quick).await.unwrap());
+    }
+    for id in &quick_runs {
+        api.wait_run_status(*id, "succeeded", WAIT).await.unwrap();
+    }
+    // A's progress record, with those runs finished above the long one, is committed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.kill_9().unwrap();
+
+    let mut hooked = env.to_vec();
+    hooked.push(("CADENZA_TEST_FAIL_PROGRESS_READS", "2"));
+    let b = cluster
+        .spawn_worker("reread.work=sleep", "reread", &hooked)
+        .await
+        .unwrap();
+    b.wait_for_log(
+        "reading the progress of assigned partitions failed; reading it again",
+        WAIT,
+    )
+    .await
+    .unwrap();
+    let runs = quiesce(api, &[quick, long], Duration::from_secs(120)).await;
+    let events = stop_all_and_read_results(&cluster).await;
+    let report = audit(&runs, &events);
+    eprintln!(
+        "[reread] published {}, finished {}, re-executed {}, duplicates {}",
+        report.published, report.finished, report.re_executed, report.duplicates
+    );
+    assert!(report.problems.is_empty(), "{:#?}", report.problems);
+    assert_eq!(report.duplicates, 0);
+    for id in &quick_runs {
+        assert_eq!(events[id].started.len(), 1, "run {id}: {:?}", events[id]);
+    }
+    let attempts: Vec<u64> = events[&long_run].started.iter().map(|s| s.0).collect();
+    assert_eq!(attempts, [1, 2], "{:?}", events[&long_run]);
+    assert!(
+        !b.log().contains("could not be read: their triggers"),
+        "the fallback was not needed"
+    );
+}

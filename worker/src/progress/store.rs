@@ -30,6 +30,37 @@ use crate::{lock, Throttle};
 /// How long loading a partition's progress record may take before the partition is started
 /// from its committed offset alone.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Failure injection for the tests, compiled into debug builds only:
+/// `CADENZA_TEST_FAIL_PROGRESS_READS=N` makes the first N reads of assigned partitions' progress
+/// fail, as a read stall or a refused claim would.
+mod test_hooks {
+    #[cfg(debug_assertions)]
+    pub(super) fn fail_read() -> bool {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::OnceLock;
+        static LEFT: OnceLock<AtomicU32> = OnceLock::new();
+        let left = LEFT.get_or_init(|| {
+            AtomicU32::new(
+                std::env::var("CADENZA_TEST_FAIL_PROGRESS_READS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            )
+        });
+        left.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    #[cfg(not(debug_assertions))]
+    pub(super) fn fail_read() -> bool {
+        false
+    }
+}
+
+/// How many times a new owner reads its partitions' progress before it takes them without it.
+const LOAD_ATTEMPTS: u32 = 4;
+/// The pause before the n-th read again is n times this.
+const LOAD_RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// Tells runs waiting for a mark to become durable that a commit round completed, and wakes the
 /// committer when one waits.
@@ -357,7 +388,37 @@ impl Progress {
         main: &K,
         tps: &[TopicPartition],
     ) -> (Option<i64>, usize) {
-        let (term, loaded) = self.load(main, tps);
+        // A failed read (a stall, a refused claim, a broker blip during the rebalance) is tried
+        // again before the partitions are taken without their progress: taken so, every run
+        // from the committed offset on runs again, finished ones included.
+        let mut attempt = 1;
+        let (term, loaded) = loop {
+            let (term, loaded) = self.load(main, tps);
+            let unknown = loaded
+                .iter()
+                .filter(|(_, _, l)| matches!(l, Loaded::Unknown))
+                .count();
+            if unknown == 0 || attempt >= LOAD_ATTEMPTS {
+                if unknown > 0 {
+                    tracing::error!(
+                        partitions = unknown,
+                        attempts = attempt,
+                        "the progress of assigned partitions could not be read: their triggers from the committed offset on run again (finished ones included)"
+                    );
+                    self.metrics.progress_unknown.inc_by(unknown as u64);
+                }
+                break (term, loaded);
+            }
+            let pause = LOAD_RETRY_PAUSE * attempt;
+            tracing::warn!(
+                partitions = unknown,
+                attempt,
+                retry_in_ms = pause.as_millis() as u64,
+                "reading the progress of assigned partitions failed; reading it again"
+            );
+            std::thread::sleep(pause);
+            attempt += 1;
+        };
         let mut offsets = lock(&self.offsets);
         let mut inherited = 0;
         for (tp, committed, loaded) in loaded {
@@ -401,6 +462,14 @@ impl Progress {
             },
             Err(_) => None,
         };
+        if test_hooks::fail_read() {
+            tracing::warn!("test hook: this progress read fails");
+            let loaded = tps
+                .iter()
+                .map(|tp| (tp.clone(), None, Loaded::Unknown))
+                .collect();
+            return (None, loaded);
+        }
         let committed = main.committed_offsets(q.clone(), LOAD_TIMEOUT);
         let pointers = self.pointers.committed_offsets(q, LOAD_TIMEOUT);
         if let Err(error) = committed.as_ref().and(pointers.as_ref()) {
