@@ -22,8 +22,7 @@ FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::i
 WHERE t.id = u.id
   AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
   AND u.attempt >= t.attempt
-  -- As for `started`: from the run's partition, a few attempts on at most.
-  AND (t.partition IS NULL OR t.partition = u.partition)
+  -- As for `started`: a few attempts on at most.
   AND u.attempt <= t.attempt + 16
 RETURNING t.id, t.status, t.kind,
           t.fire_group IS NOT NULL

@@ -610,8 +610,8 @@ async fn a_worker_stopped_while_its_broker_is_down_exits_in_time_and_loses_nothi
 }
 
 /// A producer on the results topic that is not the run's worker: a `started` claiming attempt
-/// 2^31 − 1 (which would shut out every real result) goes to the DLQ, and a `finished` from
-/// another partition than the run's changes nothing; the worker's real result ends the run.
+/// 2^31 − 1 (which would shut out every real result) goes to the DLQ, and a `finished` claiming
+/// an attempt far past the run's changes nothing; the worker's real result ends the run.
 #[tokio::test]
 async fn forged_results_neither_end_a_run_nor_shut_out_its_worker() {
     use cadenza_schemas::{JobId, ResultEvent, RunFinished, RunStatus, TriggerId, WorkerId};
@@ -645,9 +645,9 @@ async fn forged_results_neither_end_a_run_nor_shut_out_its_worker() {
         job_id: JobId(job),
         worker_id: WorkerId("mallory".into()),
         group: "forge".into(),
-        partition: partition + 1,
+        partition,
         offset: 0,
-        attempt: 1,
+        attempt: 50,
         status: RunStatus::Failed,
         started_at: None,
         finished_at: chrono::Utc::now(),
@@ -684,4 +684,55 @@ async fn forged_results_neither_end_a_run_nor_shut_out_its_worker() {
             .contains("attempt 2147483647 is not between 1 and 10000")),
         "{dlq:?}"
     );
+}
+
+/// An admin asked to stop while a client follows a run's log (a stream that would otherwise stay
+/// open until the run ends, up to an hour) and while another client trickles a request's headers
+/// stops within its grace: the stream ends, the slow connection is closed.
+#[tokio::test]
+async fn an_admin_stops_in_time_with_log_streams_and_slow_clients_open() {
+    use cadenza_integration::Signal;
+    use tokio::io::AsyncWriteExt;
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    // No worker serves the job type: its run stays published, and its log stream open.
+    let job = api
+        .create_job(
+            &json!({"name": "idle", "job_type": "nobody.serves", "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let id = api.trigger_now(job).await.unwrap();
+    let mut stream = reqwest::Client::new()
+        .get(api.url(&format!("/api/triggers/{id}/log")))
+        .bearer_auth(cluster.token())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    // A client that sends half a request's headers and then nothing.
+    let mut slow = tokio::net::TcpStream::connect(admin.listen())
+        .await
+        .unwrap();
+    slow.write_all(b"GET /api/jobs HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+
+    let asked = Instant::now();
+    admin.signal(Signal::SIGTERM).unwrap();
+    let status = admin.wait_exit(Duration::from_secs(60)).await.unwrap();
+    let took = asked.elapsed();
+    eprintln!("admin stopped in {took:?} ({status})");
+    assert!(
+        took < Duration::from_secs(25),
+        "the admin took {took:?} to stop:\n{}",
+        admin.log_tail(20)
+    );
+    // The stream ended (the client reads its end rather than waiting for ever).
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(Some(_)) = stream.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the log stream ended with the admin");
 }

@@ -256,14 +256,25 @@ async fn a_late_result_of_an_earlier_attempt_does_not_win() {
         .unwrap();
     let run = api.trigger_now(job).await.unwrap();
     let marker = api.trigger_now(job).await.unwrap();
-    api.wait_run_status(run, "published", WAIT).await.unwrap();
-    api.wait_run_status(marker, "published", WAIT)
+    let run_partition = api.wait_run_status(run, "published", WAIT).await.unwrap()["partition"]
+        .as_i64()
+        .unwrap();
+    let marker_partition = api
+        .wait_run_status(marker, "published", WAIT)
         .await
+        .unwrap()["partition"]
+        .as_i64()
         .unwrap();
     let now = chrono::Utc::now().to_rfc3339();
+    // As a worker reports them: from the partition each run was sent to.
     let event = |kind: &str, id: i64, attempt: u32, worker: &str| {
+        let partition = if id == run {
+            run_partition
+        } else {
+            marker_partition
+        };
         json!({"event": kind, "trigger_id": id, "job_id": job, "worker_id": worker,
-               "group": "g", "partition": 0, "offset": 0, "attempt": attempt,
+               "group": "g", "partition": partition, "offset": 0, "attempt": attempt,
                "started_at": now, "finished_at": now})
     };
     // Attempt 1 started on w1, was redelivered and started again on w2 as attempt 2; then the

@@ -604,4 +604,28 @@ async fn bridge_workers_share_executors_and_results() {
             .unwrap()
             >= 1.0
     );
+
+    // A record on the shared topic that no bridge signed (anything else that can write to the
+    // topic) registers nothing: it goes to the DLQ with the reason.
+    let forged = json!({"from": "mallory", "at_ms": chrono::Utc::now().timestamp_millis(),
+                        "event": "beat", "app": "evil-app", "address": "http://10.6.6.6:9999"});
+    cadenza_integration::produce(
+        &cluster.brokers(),
+        &cluster.topics().xxl_bridge(),
+        None,
+        Some(b"evil-app"),
+        &serde_json::to_vec(&forged).unwrap(),
+    )
+    .await
+    .unwrap();
+    let dlq = cluster.dlq_records(Duration::from_secs(30)).await.unwrap();
+    assert!(
+        dlq.iter().any(|r| r
+            .to_string()
+            .contains("without a valid cadenza-signature header")),
+        "{dlq:?}"
+    );
+    for bridge in [bridge1, bridge2] {
+        assert!(registered(bridge, "evil-app").await.unwrap().is_empty());
+    }
 }
