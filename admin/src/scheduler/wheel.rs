@@ -299,11 +299,19 @@ impl Wheel {
     }
 
     /// This admin may move the settled mark of `shard` at `epoch` from now on: no run an
-    /// earlier holder marked is left unresolved after it.
-    pub fn set_mark_ready(&self, shard: ShardId, epoch: LeaseEpoch) {
+    /// earlier holder marked is left unresolved after it. Refused (returns false) unless the
+    /// shard is still the one acquired at `epoch` ([`Wheel::acquired`]): a shard dropped since
+    /// the caller read its term (handed back, or lost, while the caller's query ran) has
+    /// forgotten the runs it still had in flight, and a mark moved now would pass them, leaving
+    /// them `publishing` for every later holder's read-back to skip.
+    pub fn set_mark_ready(&self, shard: ShardId, epoch: LeaseEpoch) -> bool {
         let mut inner = self.lock();
+        if !inner.acquired.get(&shard).is_some_and(|(e, _)| *e == epoch) {
+            return false;
+        }
         inner.mark_ready.insert(shard, epoch);
         inner.acquired.remove(&shard);
+        true
     }
 
     /// This admin acquired `shard` at `epoch` in a transaction whose `now()` was `at_ms`.
@@ -469,8 +477,10 @@ mod tests {
         let now = clock.now().timestamp_millis();
         // Not ready (runs an earlier holder marked may be left): no mark at all.
         assert!(mark(now).is_empty());
-        wheel.set_mark_ready(a, e);
-        wheel.set_mark_ready(b, e);
+        wheel.acquired(a, e, now);
+        wheel.acquired(b, e, now);
+        assert!(wheel.set_mark_ready(a, e));
+        assert!(wheel.set_mark_ready(b, e));
         // Nothing in flight: the clock, less the slack.
         assert_eq!(mark(now), vec![now - MARK_SLACK_MS; 2]);
         // A transaction about to mark runs holds every shard back from its start.
@@ -523,12 +533,37 @@ mod tests {
         );
     }
 
+    /// The sweep reads a shard's term, asks the database whether earlier holders left runs,
+    /// and meanwhile the lease round hands the shard back (dropping the runs this admin still
+    /// had in flight in it): the answer must not make the dropped shard ready, or its mark would
+    /// be moved past those runs while the lease is still this admin's, and no later holder
+    /// would read them back.
+    #[test]
+    fn a_shard_dropped_while_the_sweep_asks_does_not_become_ready() {
+        let wheel = Arc::new(Wheel::default());
+        let clock = DbClock::with_offset(Duration::zero());
+        let (s, e) = (ShardId(54), LeaseEpoch(7));
+        let now = clock.now().timestamp_millis();
+        wheel.acquired(s, e, now);
+        wheel.writing(&clock).marked([(13, s)]);
+        // The sweep has read (s, e) as waiting; the round drops the shard.
+        wheel.drop_shards(&[s]);
+        assert!(!wheel.set_mark_ready(s, e), "the stale answer is refused");
+        assert!(!wheel.mark_ready(s, e));
+        assert!(wheel.settled_marks(&[(s, e)], now + 60_000).is_empty());
+        // Acquired again at a new epoch: an answer for the old epoch is refused too.
+        wheel.acquired(s, LeaseEpoch(9), now);
+        assert!(!wheel.set_mark_ready(s, e));
+        assert!(wheel.set_mark_ready(s, LeaseEpoch(9)));
+    }
+
     #[test]
     fn a_run_marked_again_after_a_check_is_not_resolved_by_that_check() {
         let wheel = Arc::new(Wheel::default());
         let clock = DbClock::with_offset(Duration::zero());
         let (a, e) = (ShardId(0), LeaseEpoch(1));
-        wheel.set_mark_ready(a, e);
+        wheel.acquired(a, e, 0);
+        assert!(wheel.set_mark_ready(a, e));
         wheel.writing(&clock).marked([(7, a)]);
         let seen = wheel.unsettled_unknown();
         // The sweep checks run 7 and finds it no longer `publishing`; meanwhile a transaction
