@@ -603,7 +603,10 @@ async fn settle_marks(ctx: &SchedulerContext, held: &[ShardId]) -> Result<(), Sc
         for t in waiting {
             // Refused for a shard dropped while the query ran (see `Wheel::set_mark_ready`).
             if !left.contains(&t.shard.to_db()) && !ctx.wheel.set_mark_ready(t.shard, t.epoch) {
-                tracing::debug!(shard = t.shard.0, "shard given up while its mark was checked");
+                tracing::debug!(
+                    shard = t.shard.0,
+                    "shard given up while its mark was checked"
+                );
             }
         }
     }

@@ -306,7 +306,7 @@ impl Wheel {
     /// them `publishing` for every later holder's read-back to skip.
     pub fn set_mark_ready(&self, shard: ShardId, epoch: LeaseEpoch) -> bool {
         let mut inner = self.lock();
-        if !inner.acquired.get(&shard).is_some_and(|(e, _)| *e == epoch) {
+        if inner.acquired.get(&shard).is_none_or(|(e, _)| *e != epoch) {
             return false;
         }
         inner.mark_ready.insert(shard, epoch);
