@@ -17,6 +17,10 @@ use chrono::{DateTime, Utc};
 /// Entries of workers silent for longer than this are forgotten.
 const FORGET_AFTER: chrono::Duration = chrono::Duration::hours(1);
 
+/// Partition numbers believed to exist in a trigger topic nobody has routed to yet (the
+/// admin's own topics have at most 1,024; see `CADENZA_TRIGGER_PARTITIONS`).
+const MAX_PARTITIONS_ASSUMED: i32 = 1024;
+
 /// A live worker that serves a job type, as the partition selector sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
@@ -68,6 +72,8 @@ pub struct Registry {
     topics: Topics,
     dead_after: chrono::Duration,
     workers: RwLock<HashMap<WorkerId, Entry>>,
+    /// Partitions of each trigger topic, as last routed to.
+    partitions: RwLock<HashMap<String, i32>>,
 }
 
 impl Registry {
@@ -77,6 +83,7 @@ impl Registry {
             dead_after: chrono::Duration::from_std(dead_after)
                 .unwrap_or(chrono::Duration::seconds(15)),
             workers: RwLock::default(),
+            partitions: RwLock::default(),
         }
     }
 
@@ -128,6 +135,11 @@ impl Registry {
 
     /// Live workers holding at least one partition (below `partitions`) of `job_type`'s topic,
     /// sorted by worker id; `job_runs` counts `job`'s runs on each.
+    ///
+    /// A partition belongs to one consumer of a group at a time, so it is counted for one
+    /// worker only: the one heard of last (the others' heartbeats predate a rebalance). A
+    /// worker left with none is not a candidate. So heartbeats, forged or stale, can never make
+    /// more candidates than the topic has partitions (a broadcast is at most that wide).
     pub fn candidates(
         &self,
         job_type: &JobType,
@@ -136,21 +148,53 @@ impl Registry {
         now: DateTime<Utc>,
     ) -> Vec<Candidate> {
         let topic = self.topics.trigger(job_type);
+        self.note_partitions(&topic, partitions);
+        self.holders(&topic, partitions, job, now)
+    }
+
+    /// What [`Self::candidates`] computes, for a topic of `partitions` partitions.
+    fn holders(
+        &self,
+        topic: &str,
+        partitions: i32,
+        job: JobId,
+        now: DateTime<Utc>,
+    ) -> Vec<Candidate> {
         let workers = self.read();
-        let mut out: Vec<Candidate> = workers
+        let live: Vec<(&Entry, Vec<i32>)> = workers
             .values()
             .filter(|e| self.is_live(e, now))
             .filter_map(|e| {
                 let mut parts: Vec<i32> = e
                     .heartbeat
                     .assignments
-                    .get(&topic)?
+                    .get(topic)?
                     .iter()
                     .copied()
                     .filter(|p| (0..partitions).contains(p))
                     .collect();
                 parts.sort_unstable();
                 parts.dedup();
+                (!parts.is_empty()).then_some((e, parts))
+            })
+            .collect();
+        // partition -> the entry heard of last that claims it (ties: the smaller worker id)
+        let mut owner: HashMap<i32, &Entry> = HashMap::new();
+        for (e, parts) in &live {
+            for p in parts {
+                let newer = owner.get(p).is_none_or(|o| {
+                    (e.seen, std::cmp::Reverse(&e.heartbeat.worker_id))
+                        > (o.seen, std::cmp::Reverse(&o.heartbeat.worker_id))
+                });
+                if newer {
+                    owner.insert(*p, e);
+                }
+            }
+        }
+        let mut out: Vec<Candidate> = live
+            .into_iter()
+            .filter_map(|(e, mut parts)| {
+                parts.retain(|p| owner.get(p).is_some_and(|o| std::ptr::eq(*o, e)));
                 if parts.is_empty() {
                     return None;
                 }
@@ -173,11 +217,40 @@ impl Registry {
         out
     }
 
+    /// Remembers how many partitions `topic` has (the publisher and the scan know it).
+    fn note_partitions(&self, topic: &str, partitions: i32) {
+        let known = self
+            .partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(topic)
+            .copied();
+        if known != Some(partitions) {
+            self.partitions
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(topic.to_owned(), partitions);
+        }
+    }
+
+    /// The candidates of `job_type` by what is known of its topic's partitions (until the
+    /// publisher has routed to it: by [`MAX_PARTITIONS_ASSUMED`]).
+    fn holders_known(&self, job_type: &JobType, now: DateTime<Utc>) -> Vec<Candidate> {
+        let topic = self.topics.trigger(job_type);
+        let partitions = self
+            .partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&topic)
+            .copied()
+            .unwrap_or(MAX_PARTITIONS_ASSUMED);
+        self.holders(&topic, partitions, JobId(0), now)
+    }
+
     /// Whether any live worker holds a partition of `job_type`'s topic (as stored; false when it
     /// cannot be read).
     pub fn serves(&self, job_type: &str, now: DateTime<Utc>) -> bool {
-        JobType::parse(job_type)
-            .is_ok_and(|jt| !self.candidates(&jt, JobId(0), i32::MAX, now).is_empty())
+        JobType::parse(job_type).is_ok_and(|jt| !self.holders_known(&jt, now).is_empty())
     }
 
     /// How many runs one fire time of a job becomes: one per live worker serving its job type
@@ -187,7 +260,7 @@ impl Registry {
         if route != RouteStrategy::ShardingBroadcast {
             return 1;
         }
-        let n = self.candidates(job_type, JobId(0), i32::MAX, now).len();
+        let n = self.holders_known(job_type, now).len();
         u32::try_from(n).unwrap_or(u32::MAX).max(1)
     }
 
@@ -366,6 +439,47 @@ pub(crate) mod tests {
         r.apply(hb("b", &[2], t(60_000)), t(10_000));
         assert_eq!(ids(&r.candidates(&x(), JobId(1), 6, t(11_400))), ["b"]);
         assert!(r.candidates(&x(), JobId(1), 6, t(11_600)).is_empty());
+    }
+
+    #[test]
+    fn a_partition_counts_for_the_worker_heard_of_last_and_a_broadcast_is_never_wider_than_the_topic(
+    ) {
+        let r = reg();
+        // `a` held 0-2 before a rebalance gave 1 and 2 to `b`; a's next heartbeat is not in yet.
+        r.apply(hb("a", &[0, 1, 2], t(0)), t(0));
+        r.apply(hb("b", &[1, 2], t(100)), t(100));
+        let c = r.candidates(&x(), JobId(1), 3, t(200));
+        assert_eq!(ids(&c), ["a", "b"]);
+        assert_eq!(
+            (&c[0].partitions[..], &c[1].partitions[..]),
+            (&[0][..], &[1, 2][..])
+        );
+        // Same moment: the smaller id keeps it.
+        r.apply(hb("c", &[0], t(0)), t(0));
+        assert_eq!(ids(&r.candidates(&x(), JobId(1), 3, t(200))), ["a", "b"]);
+        // A thousand forged heartbeats claiming partitions make no broadcast wider than the
+        // topic, whatever partition numbers they name.
+        for i in 0..1000 {
+            r.apply(
+                hb(&format!("forged-{i:04}"), &[i % 3, 5000 + i], t(300)),
+                t(300),
+            );
+        }
+        assert_eq!(r.candidates(&x(), JobId(1), 3, t(400)).len(), 3);
+        assert_eq!(
+            r.shard_total(RouteStrategy::ShardingBroadcast, &x(), t(400)),
+            3,
+            "the topic's partition count, as the selector last saw it"
+        );
+        let fresh = reg();
+        for i in 0..5000 {
+            fresh.apply(hb(&format!("forged-{i:04}"), &[i], t(0)), t(0));
+        }
+        assert_eq!(
+            fresh.shard_total(RouteStrategy::ShardingBroadcast, &x(), t(0)),
+            MAX_PARTITIONS_ASSUMED as u32,
+            "not yet routed to: bounded all the same"
+        );
     }
 
     #[test]

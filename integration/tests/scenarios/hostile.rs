@@ -684,6 +684,60 @@ async fn forged_results_neither_end_a_run_nor_shut_out_its_worker() {
             .contains("attempt 2147483647 is not between 1 and 10000")),
         "{dlq:?}"
     );
+
+    // Forged heartbeats: 200 "workers" claiming the job type's partitions (and partitions it
+    // does not have) make a broadcast no wider than the topic.
+    let topic = cluster
+        .topics()
+        .trigger(&cadenza_schemas::JobType::parse("forge.sleep").unwrap());
+    let partitions = cadenza_integration::topic_partition_count(&cluster.brokers(), &topic)
+        .await
+        .unwrap()
+        .unwrap();
+    for i in 0..200 {
+        let name = format!("forged-{i:03}");
+        let now = chrono::Utc::now();
+        let beat = json!({"worker_id": name, "group": "forge", "job_types": ["forge.sleep"],
+            "assignments": {&topic: [i % partitions, 1000 + i]}, "capacity": 4,
+            "version": "0", "started_at": now, "sent_at": now, "interval_ms": 60000});
+        cadenza_integration::produce(
+            &cluster.brokers(),
+            &cluster.topics().workers(),
+            None,
+            Some(name.as_bytes()),
+            &serde_json::to_vec(&beat).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    cadenza_integration::wait_for(
+        Duration::from_secs(30),
+        "the forged heartbeats to be read",
+        || async {
+            let (_, w) = api.get_json("/api/workers").await?;
+            let n = w["workers"].as_array().map_or(0, |a| a.len());
+            Ok((n > 200).then_some(()))
+        },
+    )
+    .await
+    .unwrap();
+    let wide = api
+        .create_job(
+            &json!({"name": "wide", "job_type": "forge.sleep", "params": "10",
+                            "route": "sharding_broadcast", "schedule": {"kind": "none"}}),
+        )
+        .await
+        .unwrap();
+    let first = api.trigger_now(wide).await.unwrap();
+    let (_, run) = api
+        .get_json(&format!("/api/triggers/{first}"))
+        .await
+        .unwrap();
+    let total = run["shard_total"].as_i64().unwrap();
+    assert!(
+        (1..=i64::from(partitions)).contains(&total),
+        "a broadcast over a {partitions}-partition topic: {run}"
+    );
 }
 
 /// An admin asked to stop while a client follows a run's log (a stream that would otherwise stay
@@ -735,4 +789,78 @@ async fn an_admin_stops_in_time_with_log_streams_and_slow_clients_open() {
     })
     .await;
     assert!(ended.is_ok(), "the log stream ended with the admin");
+}
+
+/// A replay of more params than the admin keeps in memory (64 MiB: here 300 runs of 256 KiB
+/// each) is refused with a code and a way out, before anything is published; a part of the
+/// same window that fits is planned as usual.
+#[tokio::test]
+async fn a_replay_of_more_params_than_fit_in_memory_is_refused_and_a_smaller_one_is_not() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let pool = cluster.pool().await.unwrap();
+    let start = chrono::Utc::now();
+    // Nobody serves the job type: its runs stay published on the topic.
+    let job = api
+        .create_job(&json!({"name": "bulky", "job_type": "bulky.load",
+                            "params": "p".repeat(256 * 1024),
+                            "schedule": {"kind": "fix_rate", "every_ms": 20}}))
+        .await
+        .unwrap();
+    let published = || {
+        let pool = pool.clone();
+        async move {
+            // Acknowledged runs are recorded in `deliveries` (their rows stay `publishing`).
+            let n: i64 = sqlx::query_scalar(
+                "SELECT COALESCE(sum(cardinality(run_ids)), 0)::bigint FROM deliveries \
+                 WHERE job_type = 'bulky.load'",
+            )
+            .fetch_one(&pool)
+            .await?;
+            Ok::<i64, anyhow::Error>(n)
+        }
+    };
+    cadenza_integration::wait_for(Duration::from_secs(60), "300 published runs", || async {
+        Ok((published().await? >= 300).then_some(()))
+    })
+    .await
+    .unwrap();
+    let (status, body) = api
+        .post_empty(&format!("/api/jobs/{job}/disable"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let end = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let window = |to: chrono::DateTime<chrono::Utc>| json!({"job_type": "bulky.load", "from": start, "to": to, "dry_run": true});
+    let (status, body) = api.post_json("/api/replay", &window(end)).await.unwrap();
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["code"], "replay_too_large", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 64 MiB of params"),
+        "{body}"
+    );
+    // The first 100 runs' fire times: 25 MiB.
+    let first: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar(
+        "SELECT fire_time FROM triggers WHERE id = ANY( \
+             SELECT unnest(run_ids) FROM deliveries WHERE job_type = 'bulky.load') \
+         ORDER BY fire_time LIMIT 101",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let (status, plan) = api
+        .post_json("/api/replay", &window(first[100]))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{plan}");
+    assert_eq!(plan["count"], 100, "{plan}");
+    let replayed: i64 = sqlx::query_scalar("SELECT count(*) FROM triggers WHERE kind = 'replay'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(replayed, 0, "dry runs and a refused replay publish nothing");
 }

@@ -480,24 +480,7 @@ async fn bridge_fails_runs_on_broken_executors_and_goes_on() {
         .route("/log", axum::routing::post(broken_ok))
         .route("/beat", axum::routing::post(broken_ok));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let (status, body) = {
-        let r = reqwest::Client::new()
-            .post(format!("{bridge}/xxl-job-admin/api/registry"))
-            .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
-            .json(
-                &json!({"registryGroup": "EXECUTOR", "registryKey": "broken-app",
-                          "registryValue": broken}),
-            )
-            .send()
-            .await
-            .unwrap();
-        (r.status(), r.json::<Value>().await.unwrap())
-    };
-    assert_eq!(
-        (status.as_u16(), &body["code"]),
-        (200, &json!(200)),
-        "{body}"
-    );
+    register(&bridge, "broken-app", &broken).await;
     let (_exec, port) = start_executor(&cluster, "pyxxl", &bridge, APP);
     wait_registered(&bridge, APP, &[format!("http://127.0.0.1:{port}")]).await;
 
@@ -628,4 +611,226 @@ async fn bridge_workers_share_executors_and_results() {
     for bridge in [bridge1, bridge2] {
         assert!(registered(bridge, "evil-app").await.unwrap().is_empty());
     }
+}
+
+/// What a scripted executor saw, for [`scripted_executor`].
+#[derive(Default)]
+struct Seen {
+    /// (handler, log id, job id) of every `/run`.
+    runs: Vec<(String, i64, i64)>,
+    /// `/log` answers given.
+    log_answers: usize,
+    /// Job ids of every `/kill`.
+    kills: Vec<i64>,
+}
+
+type SeenBy = std::sync::Arc<std::sync::Mutex<Seen>>;
+
+/// One `/log` answer of the `chatty` handler: 1,500 new lines of 1,000 bytes.
+const CHATTY_LINES: i64 = 1500;
+
+/// An executor that takes every run and never calls back (the test does), answers `/idleBeat`
+/// busy, and answers `/log` of a `chatty` run with [`CHATTY_LINES`] new lines every time (of
+/// any other run with nothing new); it closes every
+/// connection after its answer, so it is gone as soon as its listener is.
+async fn scripted_executor(listener: tokio::net::TcpListener, seen: SeenBy) {
+    use axum::extract::State;
+    use axum::routing::post;
+    async fn run(State(s): State<SeenBy>, Json(t): Json<Value>) -> Json<Value> {
+        let handler = text(&t["executorHandler"]).to_owned();
+        let (log_id, job_id) = (t["logId"].as_i64().unwrap(), t["jobId"].as_i64().unwrap());
+        s.lock().unwrap().runs.push((handler, log_id, job_id));
+        Json(json!({"code": 200}))
+    }
+    async fn log(State(s): State<SeenBy>, Json(p): Json<Value>) -> Json<Value> {
+        let from = p["fromLineNum"].as_i64().unwrap_or(1);
+        let chatty = {
+            let s = s.lock().unwrap();
+            let id = p["logId"].as_i64();
+            s.runs
+                .iter()
+                .any(|(h, l, _)| h == "chatty" && Some(*l) == id)
+        };
+        if !chatty {
+            return Json(json!({"code": 200, "content": {"fromLineNum": from,
+                "toLineNum": from - 1, "logContent": "", "isEnd": false}}));
+        }
+        let line = "x".repeat(999);
+        let content = vec![line.as_str(); CHATTY_LINES as usize].join("\n");
+        s.lock().unwrap().log_answers += 1;
+        Json(json!({"code": 200, "content": {"fromLineNum": from,
+            "toLineNum": from + CHATTY_LINES - 1, "logContent": content, "isEnd": false}}))
+    }
+    async fn kill(State(s): State<SeenBy>, Json(p): Json<Value>) -> Json<Value> {
+        s.lock().unwrap().kills.push(p["jobId"].as_i64().unwrap());
+        Json(json!({"code": 200}))
+    }
+    async fn busy() -> Json<Value> {
+        Json(json!({"code": 500, "msg": "job thread is running or has trigger queue."}))
+    }
+    let app = axum::Router::new()
+        .route("/run", post(run))
+        .route("/log", post(log))
+        .route("/kill", post(kill))
+        .route("/beat", post(broken_ok))
+        .route("/idleBeat", post(busy))
+        .layer(axum::middleware::map_response(
+            |mut r: axum::response::Response| async move {
+                r.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+                r
+            },
+        ))
+        .with_state(seen);
+    axum::serve(listener, app).await.unwrap();
+}
+
+/// Registers `address` for `app` with the bridge, as an executor does once.
+async fn register(bridge: &str, app: &str, address: &str) {
+    let r = reqwest::Client::new()
+        .post(format!("{bridge}/xxl-job-admin/api/registry"))
+        .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
+        .json(&json!({"registryGroup": "EXECUTOR", "registryKey": app, "registryValue": address}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!((status, &body["code"]), (200, &json!(200)), "{body}");
+}
+
+/// Calls back a run's success as its executor would.
+async fn call_back(bridge: &str, log_id: i64, msg: &str) {
+    let r = reqwest::Client::new()
+        .post(format!("{bridge}/xxl-job-admin/api/callback"))
+        .header("XXL-JOB-ACCESS-TOKEN", TOKEN)
+        .json(&json!([{"logId": log_id, "logDateTim": 0, "handleCode": 200, "handleMsg": msg}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+/// Waits until `seen` shows a `/run` of `handler` and returns its log id and job id.
+async fn run_seen(seen: &SeenBy, handler: &str) -> (i64, i64) {
+    wait_for(WAIT, &format!("a /run of {handler}"), || async {
+        let s = seen.lock().unwrap();
+        Ok(s.runs
+            .iter()
+            .find(|(h, ..)| h == handler)
+            .map(|(_, log_id, job_id)| (*log_id, *job_id)))
+    })
+    .await
+    .unwrap()
+}
+
+/// An executor that writes its log without end has 4 MiB of it copied into the run (with a note
+/// saying where the rest is), not all of it; an executor a run was moved away from (it refused
+/// three polls in a row) gets `/kill` for it as soon as it answers again, so the run does not go
+/// on in two places.
+#[tokio::test]
+async fn bridge_caps_copied_logs_and_kills_a_moved_run_when_its_executor_is_back() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    let BridgeWorker { url: bridge, .. } = bridge_worker(
+        &cluster,
+        &[
+            "xb.chatty=xxl:moody-app/chatty",
+            "xb.vanish=xxl:moody-app/vanish",
+        ],
+        "bridge",
+        &[("CADENZA_XXL_DEAD_AFTER_MS", "600000")],
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let first_addr = listener.local_addr().unwrap();
+    let first_seen = SeenBy::default();
+    let first = tokio::spawn(scripted_executor(listener, first_seen.clone()));
+    register(&bridge, "moody-app", &format!("http://{first_addr}")).await;
+
+    // The log: polled once a second, 1.5 MB an answer, copied up to 4 MiB: three answers.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "chatty", "job_type": "xb.chatty", "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let (log_id, _) = run_seen(&first_seen, "chatty").await;
+    wait_for(WAIT, "three answers of the executor's log", || async {
+        Ok((first_seen.lock().unwrap().log_answers >= 3).then_some(()))
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        first_seen.lock().unwrap().log_answers,
+        3,
+        "no more of the log is asked for once 4 MiB are copied"
+    );
+    call_back(&bridge, log_id, "talked enough").await;
+    let run = ended(&api, id).await;
+    assert_eq!(run["status"], "succeeded", "{}", run["message"]);
+    let log = text(&run["log"]);
+    assert!(
+        log.contains("bytes of the executor's log copied; the rest is on the executor"),
+        "{}",
+        &log[log.len().saturating_sub(500)..]
+    );
+
+    // The move: the executor goes away mid-run; a second one takes the run after 3 refused
+    // polls; the first is told to kill the run once it listens again.
+    let (_, id) = run_job(
+        &api,
+        json!({"name": "vanish", "job_type": "xb.vanish", "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let (_, job_id) = run_seen(&first_seen, "vanish").await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second_seen = SeenBy::default();
+    register(
+        &bridge,
+        "moody-app",
+        &format!("http://{}", listener.local_addr().unwrap()),
+    )
+    .await;
+    let _second = tokio::spawn(scripted_executor(listener, second_seen.clone()));
+    first.abort();
+    let _ = first.await;
+    let (second_log_id, _) = run_seen(&second_seen, "vanish").await;
+    assert!(
+        first_seen.lock().unwrap().kills.is_empty(),
+        "it was not reachable"
+    );
+    call_back(&bridge, second_log_id, "done elsewhere").await;
+    let run = ended(&api, id).await;
+    assert_eq!(
+        (&run["status"], &run["message"]),
+        (&json!("succeeded"), &json!("done elsewhere")),
+        "{}",
+        run["message"]
+    );
+    let log = text(&run["log"]);
+    assert!(
+        log.contains("stopped answering (3 polls refused); trying another address"),
+        "{}",
+        &log[log.len().saturating_sub(2000)..]
+    );
+    let listener = tokio::net::TcpListener::bind(first_addr).await.unwrap();
+    let _back = tokio::spawn(scripted_executor(listener, first_seen.clone()));
+    wait_for(
+        Duration::from_secs(20),
+        "/kill on the executor that came back",
+        || async {
+            Ok(first_seen
+                .lock()
+                .unwrap()
+                .kills
+                .contains(&job_id)
+                .then_some(()))
+        },
+    )
+    .await
+    .unwrap();
 }
