@@ -218,9 +218,10 @@ async function jobsPage() {
 }
 
 async function jobPage(id) {
-  const [job, runs] = await Promise.all([
+  const [job, runs, misfires] = await Promise.all([
     api("GET", `/api/jobs/${id}`),
     api("GET", `/api/triggers${query({ job_id: id, limit: 20 })}`),
+    api("GET", `/api/misfires${query({ job_id: id, limit: 20 })}`),
   ]);
   const status = h("div");
   const act = (label, run, cls = "") =>
@@ -288,6 +289,34 @@ async function jobPage(id) {
     h("h2", {}, "Recent runs"),
     runsTable(runs.triggers),
     h("p", {}, h("a", { href: `#/runs${query({ job_id: id })}` }, "All runs of this job →")),
+    misfiresSection(misfires),
+  );
+}
+
+/** The fire times a job skipped by its misfire strategy: spans, not runs. */
+function misfiresSection(m) {
+  const spans = [...m.open.map((s) => ({ ...s, open: true })), ...m.closed];
+  return h(
+    "section",
+    { class: "misfires" },
+    h("h2", {}, "Skipped fire times"),
+    h(
+      "p",
+      { class: "muted" },
+      `${m.total ?? 0} skipped in all. A fire time found later than the misfire threshold is skipped without a run; ` +
+        "each span counts the fire times between its first and last that have no run.",
+    ),
+    table(
+      [
+        ["First skipped", (s) => time(s.first_fire)],
+        ["Last skipped", (s) => time(s.last_fire)],
+        ["Skipped", (s) => s.count],
+        ["Strategy", (s) => `${s.strategy} after ${duration(s.threshold_ms)}`],
+        ["", (s) => (s.open ? badge("open") : `closed ${time(s.closed_at)}`)],
+      ],
+      spans,
+      "No fire time skipped.",
+    ),
   );
 }
 

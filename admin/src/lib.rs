@@ -30,6 +30,7 @@ pub(crate) mod ingest;
 pub(crate) mod jobs;
 pub mod kafka;
 pub(crate) mod metrics;
+pub(crate) mod misfires;
 pub(crate) mod outcome;
 pub(crate) mod quartz;
 pub(crate) mod replay;

@@ -31,6 +31,16 @@ pub struct FollowUp {
 pub struct Ended(Vec<(String, String, i64)>);
 
 impl Ended {
+    /// `n` ends with `status` per job type.
+    pub fn of_status(status: RunStatus, by_type: impl IntoIterator<Item = (String, i64)>) -> Self {
+        Self(
+            by_type
+                .into_iter()
+                .map(|(t, n)| (t, status.as_str().to_owned(), n))
+                .collect(),
+        )
+    }
+
     /// Counts them in `cadenza_runs_ended_total`. Call after the commit, so that a transaction
     /// that is rolled back and retried counts once.
     pub fn record(self) {

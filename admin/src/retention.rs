@@ -7,7 +7,9 @@
 //! * drops a partition whole once the partition after it began more than the retention
 //!   (`CADENZA_RETENTION_MS`, 30 days by default) ago, with the alarms of its runs and the
 //!   audit rows of the same block of ids — no row deletes on `triggers`. The daily report
-//!   keeps its counts.
+//!   keeps its counts;
+//! * closes the spans of skipped fire times that have been quiet for a minute
+//!   (`crate::misfires`), and deletes closed ones past the retention.
 
 use std::time::Duration;
 
@@ -164,6 +166,15 @@ impl Retention {
                 "workflow runs past the retention deleted"
             );
         }
+        let closed = crate::misfires::close_quiet(&self.pool).await?;
+        if closed > 0 {
+            tracing::debug!(spans = closed, "quiet spans of skipped fire times closed");
+        }
+        sqlx::query(sql!("misfires/prune"))
+            .bind(self.config.retention_ms as f64)
+            .bind(10_000i64)
+            .execute(&mut *conn)
+            .await?;
         sqlx::query(sql!("retention/login_failures"))
             .bind(100_000i64)
             .execute(&mut *conn)

@@ -4,7 +4,8 @@
 // Environment: CADENZA_URL, CADENZA_ADMIN_USER / CADENZA_ADMIN_PASSWORD (an admin),
 // CADENZA_VIEWER_USER / CADENZA_VIEWER_PASSWORD (a viewer), CADENZA_JOB_TYPE (served by a shell
 // worker), CADENZA_WORKFLOW (the name of a workflow a → (b, c) → d whose b fails the first time
-// only), CADENZA_LONG_WORKFLOW (one whose first node sleeps a minute), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
+// only), CADENZA_LONG_WORKFLOW (one whose first node sleeps a minute), CADENZA_MISFIRED_JOB (a job
+// with a span of 60 skipped fire times), CADENZA_SHOTS (a directory for screenshots), PLAYWRIGHT_CORE (the playwright-core
 // module), CHROMIUM (the browser). Exits non-zero on the first failed step, naming it.
 
 import assert from "node:assert/strict";
@@ -241,6 +242,20 @@ try {
     await page.locator("tbody tr").first().waitFor();
     assert.equal(await page.locator("tbody tr").count(), 1);
     await shot(page, "jobs");
+  });
+
+  await check("a job found an hour behind shows its skipped fire times as one span", async () => {
+    await page.goto(`${base}/#/jobs/${env("CADENZA_MISFIRED_JOB")}`);
+    await page.getByRole("heading", { name: "Skipped fire times" }).waitFor();
+    const section = page.locator("section.misfires");
+    assert.match(await section.locator("p").first().textContent(), /^60 skipped in all/);
+    const rows = section.locator("tbody tr");
+    assert.equal(await rows.count(), 1);
+    const cells = await rows.first().locator("td").allTextContents();
+    assert.equal(cells[2], "60");
+    assert.match(cells[3], /^do_nothing after /);
+    assert.equal(cells[4], "open");
+    await shot(page, "job-misfires");
   });
 
   await check("the audit shows who created the job", async () => {

@@ -8,6 +8,7 @@ mod error;
 mod import;
 mod input;
 mod jobs;
+mod misfires;
 mod replay;
 mod report;
 mod scheduler;
@@ -280,6 +281,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Read, routes!(alarms::list)),
         (Write, routes!(replay::create)),
         (Read, routes!(report::daily)),
+        (Read, routes!(misfires::list)),
         (Read, routes!(audit::list)),
         (Write, routes!(workflows::create)),
         (Read, routes!(workflows::list)),

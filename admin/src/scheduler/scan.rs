@@ -42,18 +42,50 @@ pub const HOLD_WHEN_BEHIND: Duration = Duration::from_secs(1);
 /// Pause before looking again while the scan holds back.
 const HOLD_PAUSE: Duration = Duration::from_millis(50);
 
+/// Most fire times looked at for one job in one scan, skipped ones included (a job with a long
+/// gap of missed fire times counts them over several scans instead of holding one up).
+pub const MAX_STEPS_PER_JOB: usize = 100_000;
+
 /// A fire time to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedFire {
     pub fire_time: DateTime<Utc>,
     pub kind: TriggerKind,
-    pub status: RunStatus,
+}
+
+/// Fire times a scan skipped by the job's misfire strategy: the first, the last, how many.
+/// Every fire time of the schedule from `first` to `last` that has no run is one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skipped {
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+    pub count: i64,
+}
+
+impl Skipped {
+    fn add(span: &mut Option<Skipped>, t: DateTime<Utc>) {
+        match span {
+            Some(s) => {
+                s.last = t;
+                s.count += 1;
+            }
+            None => {
+                *span = Some(Skipped {
+                    first: t,
+                    last: t,
+                    count: 1,
+                })
+            }
+        }
+    }
 }
 
 /// What the scan does with one due job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub fires: Vec<PlannedFire>,
+    /// The fire times missed and not fired (no row is written for them).
+    pub skipped: Option<Skipped>,
     /// The next fire time not written yet (`None`: nothing more until something else sets it).
     pub next_fire_at: Option<DateTime<Utc>>,
     /// False when a `once` job has fired and disables itself.
@@ -63,9 +95,11 @@ pub struct Plan {
 /// Plans the fire times of a job from `next_fire_at` up to `until`, as of `now` (database clock).
 ///
 /// Fire times earlier than `now - threshold` are misfires and follow the job's strategy:
-/// `do_nothing` records them `misfired`; `fire_all` fires each; `fire_once_now` records all but
-/// the last `misfired` and fires the last once, as kind `misfire`. Later fire times fire normally
-/// (those already past but within the threshold fire at once).
+/// `do_nothing` skips them; `fire_all` fires each; `fire_once_now` skips all but the last and
+/// fires the last once, as kind `misfire`. Skipped fire times cost no row: they are counted in
+/// [`Plan::skipped`]. Later fire times fire normally (those already past but within the
+/// threshold fire at once). A `fix_delay` job whose fire time was skipped fires again its delay
+/// after `now`, as if a run had ended now.
 pub fn plan_fires(
     schedule: &JobSchedule,
     misfire: MisfireStrategy,
@@ -79,71 +113,56 @@ pub fn plan_fires(
     let misfire_before = now
         .checked_sub_signed(threshold)
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let fire = |fire_time, kind| PlannedFire { fire_time, kind };
     let mut fires = Vec::new();
+    let mut skipped = None;
     let mut next = Some(next_fire_at);
+    // fire_once_now: the latest missed fire time, fired once the missed ones end.
     let mut last_missed: Option<DateTime<Utc>> = None;
+    let mut steps = 0usize;
     while let Some(t) = next {
-        if t > until || fires.len() >= MAX_FIRES_PER_JOB {
+        if t > until || fires.len() >= MAX_FIRES_PER_JOB || steps >= MAX_STEPS_PER_JOB {
             break;
         }
+        steps += 1;
         if t < misfire_before {
             match misfire {
-                MisfireStrategy::FireAll => fires.push(PlannedFire {
-                    fire_time: t,
-                    kind,
-                    status: RunStatus::Scheduled,
-                }),
-                MisfireStrategy::DoNothing | MisfireStrategy::FireOnceNow => {
+                MisfireStrategy::FireAll => fires.push(fire(t, kind)),
+                MisfireStrategy::DoNothing => Skipped::add(&mut skipped, t),
+                MisfireStrategy::FireOnceNow => {
                     if let Some(prev) = last_missed.replace(t) {
-                        fires.push(PlannedFire {
-                            fire_time: prev,
-                            kind,
-                            status: RunStatus::Misfired,
-                        });
+                        Skipped::add(&mut skipped, prev);
                     }
                 }
             }
         } else if let Some(prev) = last_missed.take() {
-            fires.push(missed_last(prev, kind, misfire));
+            fires.push(fire(prev, TriggerKind::Misfire));
             continue; // look at `t` again now that the missed one is written
         } else {
-            fires.push(PlannedFire {
-                fire_time: t,
-                kind,
-                status: RunStatus::Scheduled,
-            });
+            fires.push(fire(t, kind));
         }
         next = schedule.next_after(t);
     }
-    // The schedule ran out (or the per-job cap was hit) while the last missed one was pending.
+    // The schedule ran out (or a per-job cap was hit) while the last missed one was pending.
     if let Some(prev) = last_missed.take() {
         if next.is_none() || next.is_some_and(|n| n >= misfire_before) {
-            fires.push(missed_last(prev, kind, misfire));
+            fires.push(fire(prev, TriggerKind::Misfire));
         } else {
             // More missed fire times follow; continue from this one next scan.
             next = Some(prev);
         }
     }
+    if let JobSchedule::FixDelay(delay) = schedule {
+        if fires.is_empty() && skipped.is_some() && next.is_none() {
+            next = now.checked_add_signed(*delay);
+        }
+    }
     let enabled = !(matches!(schedule, JobSchedule::Once(_)) && next.is_none());
     Plan {
         fires,
+        skipped,
         next_fire_at: next,
         enabled,
-    }
-}
-
-fn missed_last(t: DateTime<Utc>, kind: TriggerKind, misfire: MisfireStrategy) -> PlannedFire {
-    match misfire {
-        MisfireStrategy::FireOnceNow => PlannedFire {
-            fire_time: t,
-            kind: TriggerKind::Misfire,
-            status: RunStatus::Scheduled,
-        },
-        _ => PlannedFire {
-            fire_time: t,
-            kind,
-            status: RunStatus::Misfired,
-        },
     }
 }
 
@@ -159,6 +178,43 @@ struct DueJob {
     route: String,
     shard: i32,
     plan_gen: i64,
+    /// The job's open span of skipped fire times (`misfire_count` 0: none).
+    misfire_first: Option<DateTime<Utc>>,
+    misfire_last: Option<DateTime<Utc>>,
+    misfire_count: i64,
+}
+
+impl DueJob {
+    fn open_span(&self) -> Option<Skipped> {
+        match (self.misfire_first, self.misfire_last) {
+            (Some(first), Some(last)) if self.misfire_count > 0 => Some(Skipped {
+                first,
+                last,
+                count: self.misfire_count,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A job's open span of skipped fire times closes (into `misfires`, counted in the daily
+/// reports) once it has skipped nothing for this long; the maintenance round closes spans of
+/// jobs the scan no longer claims.
+pub const SPAN_QUIET: chrono::Duration = chrono::Duration::seconds(60);
+/// A span closes before it grows longer than this, or into another UTC day.
+pub const SPAN_LONGEST: chrono::Duration = chrono::Duration::hours(1);
+
+/// Whether a scan that skipped `new` (perhaps nothing) of a job closes the job's `open` span
+/// first, at `now`.
+fn closes(open: Option<Skipped>, new: Option<Skipped>, now: DateTime<Utc>) -> bool {
+    let Some(open) = open else {
+        return false;
+    };
+    let quiet_until = new.map_or(now, |n| n.first);
+    quiet_until - open.last > SPAN_QUIET
+        || new.is_some_and(|n| {
+            n.first.date_naive() != open.first.date_naive() || n.last - open.first > SPAN_LONGEST
+        })
 }
 
 pub struct Scanner {
@@ -182,6 +238,7 @@ fn plan_job(job: &DueJob, horizon: chrono::Duration) -> Plan {
         tracing::error!(job_id = job.id, %error, "{what}; the job stops firing until it is edited");
         Plan {
             fires: vec![],
+            skipped: None,
             next_fire_at: None,
             enabled: true,
         }
@@ -235,11 +292,16 @@ struct Expansion {
     a_job: Vec<i64>,
     a_next: Vec<Option<DateTime<Utc>>>,
     a_enabled: Vec<bool>,
+    /// Per job: the fire times it skipped now, and whether its open span closes first.
+    a_skip_first: Vec<Option<DateTime<Utc>>>,
+    a_skip_last: Vec<Option<DateTime<Utc>>>,
+    a_skip_count: Vec<i64>,
+    a_close: Vec<bool>,
 }
 
 /// Step 3 of a scan, without I/O: plans each due job ([`plan_job`]) and expands its fires into
-/// trigger rows. A `scheduled` fire becomes `broadcast_runs(job)` runs (shard `i` of `n`: more
-/// than one only for `sharding_broadcast`); a misfired one stays one row.
+/// trigger rows. A fire becomes `broadcast_runs(job)` runs (shard `i` of `n`: more than one only
+/// for `sharding_broadcast`); skipped fire times become no row, only counts on the job.
 fn expand(
     due: &[DueJob],
     horizon: chrono::Duration,
@@ -250,18 +312,13 @@ fn expand(
         let plan = plan_job(job, horizon);
         let runs = broadcast_runs(job);
         for f in &plan.fires {
-            let n = if f.status == RunStatus::Scheduled {
-                runs
-            } else {
-                1
-            };
-            for i in 0..n {
+            for i in 0..runs {
                 x.t_job.push(job.id);
                 x.t_kind.push(f.kind.as_str());
-                x.t_status.push(f.status.as_str());
+                x.t_status.push(RunStatus::Scheduled.as_str());
                 x.t_time.push(f.fire_time);
                 x.t_shard_index.push(i);
-                x.t_shard_total.push(n);
+                x.t_shard_total.push(runs);
                 x.t_due.push(j);
                 x.t_partition.push(None);
                 x.t_worker.push(None);
@@ -271,19 +328,44 @@ fn expand(
         x.a_job.push(job.id);
         x.a_next.push(plan.next_fire_at);
         x.a_enabled.push(plan.enabled);
+        x.a_skip_first.push(plan.skipped.map(|s| s.first));
+        x.a_skip_last.push(plan.skipped.map(|s| s.last));
+        x.a_skip_count.push(plan.skipped.map_or(0, |s| s.count));
+        x.a_close
+            .push(closes(job.open_span(), plan.skipped, job.db_now));
     }
     x
 }
 
-/// What step 4 wrote: the trigger rows, and the misfired runs to count once committed.
+impl Expansion {
+    /// Fire times skipped, per job type of `due`, for `cadenza_runs_ended_total`.
+    fn skipped(&self, due: &[DueJob]) -> crate::outcome::Ended {
+        let mut by_type: HashMap<&str, i64> = HashMap::new();
+        for (job, n) in due.iter().zip(&self.a_skip_count) {
+            if *n > 0 {
+                *by_type.entry(job.job_type.as_str()).or_default() += n;
+            }
+        }
+        crate::outcome::Ended::of_status(
+            RunStatus::Misfired,
+            by_type.into_iter().map(|(t, n)| (t.to_owned(), n)),
+        )
+    }
+}
+
+/// What step 4 wrote: the trigger rows, and the skipped fire times to count once committed.
 struct Written {
     rows: Vec<PendingRow>,
     ended: crate::outcome::Ended,
 }
 
-/// Step 4 of a scan, inside its transaction: inserts the triggers, advances the jobs and follows
-/// up the runs recorded `misfired`.
-async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, SchedulerError> {
+/// Step 4 of a scan, inside its transaction: inserts the triggers, advances the jobs (with their
+/// skipped fire times) and counts the spans that closed in the daily reports.
+async fn write(
+    conn: &mut PgConnection,
+    x: &Expansion,
+    due: &[DueJob],
+) -> Result<Written, SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("scan/insert_triggers"))
         .bind(&x.t_job)
         .bind(&x.t_kind)
@@ -296,19 +378,21 @@ async fn write(conn: &mut PgConnection, x: &Expansion) -> Result<Written, Schedu
         .bind(&x.t_epoch)
         .fetch_all(&mut *conn)
         .await?;
-    let misfired: Vec<i64> = rows
-        .iter()
-        .filter(|r| r.status == RunStatus::Misfired.as_str())
-        .map(|r| r.id)
-        .collect();
-    sqlx::query(sql!("scan/advance_jobs"))
+    let closed: Vec<crate::misfires::ClosedSpan> = sqlx::query_as(sql!("scan/advance_jobs"))
         .bind(&x.a_job)
         .bind(&x.a_next)
         .bind(&x.a_enabled)
-        .execute(&mut *conn)
+        .bind(&x.a_skip_first)
+        .bind(&x.a_skip_last)
+        .bind(&x.a_skip_count)
+        .bind(&x.a_close)
+        .fetch_all(&mut *conn)
         .await?;
-    let ended = crate::outcome::after_misfire(conn, &misfired).await?;
-    Ok(Written { rows, ended })
+    crate::misfires::count_closed(conn, &closed).await?;
+    Ok(Written {
+        rows,
+        ended: x.skipped(due),
+    })
 }
 
 /// Scan loops per admin. Each claims the earliest due jobs its shards hold that no other
@@ -471,7 +555,7 @@ impl Scanner {
             });
             self.claim(&mut expansion, &due, &confirmed).await;
             // 4.
-            let inserted = write(&mut tx, &expansion).await?;
+            let inserted = write(&mut tx, &expansion, &due).await?;
             let ids: Vec<i64> = inserted.rows.iter().map(|r| r.id).collect();
             self.ctx.wheel.reserve(ids.iter().copied());
             let committed = tx.commit().await;
@@ -514,7 +598,7 @@ impl Scanner {
             if !gone.is_empty() {
                 crate::scheduler::recover::hand_back(&self.ctx, &gone).await;
             }
-            // Rows the timer does not take (misfired, unreadable) are no longer on their way.
+            // Rows the timer does not take (unreadable ones) are no longer on their way.
             self.ctx.wheel.unreserve(ids);
             Ok::<_, SchedulerError>(ScanOutcome {
                 jobs: due.len(),
@@ -624,11 +708,18 @@ mod tests {
     fn th(ms: i64) -> chrono::Duration {
         chrono::Duration::milliseconds(ms)
     }
-    fn statuses(p: &Plan) -> Vec<(i64, TriggerKind, RunStatus)> {
+    fn fires(p: &Plan) -> Vec<(i64, TriggerKind)> {
         p.fires
             .iter()
-            .map(|f| ((f.fire_time - t(0)).num_milliseconds(), f.kind, f.status))
+            .map(|f| ((f.fire_time - t(0)).num_milliseconds(), f.kind))
             .collect()
+    }
+    fn skipped(first: i64, last: i64, count: i64) -> Option<Skipped> {
+        Some(Skipped {
+            first: t(first),
+            last: t(last),
+            count,
+        })
     }
 
     #[test]
@@ -656,12 +747,12 @@ mod tests {
             t(3000),
             t(3500),
         );
-        assert!(p.fires.iter().all(|f| f.status == RunStatus::Scheduled));
+        assert_eq!(p.skipped, None);
         assert_eq!(p.fires.len(), 4);
     }
 
     #[test]
-    fn do_nothing_records_misfires() {
+    fn do_nothing_skips_misfires_without_a_row() {
         // due at 0..=9000 every 1000, now = 10_000, threshold 5000: 0..=4000 are misfires.
         let p = plan_fires(
             &rate(1000),
@@ -671,14 +762,50 @@ mod tests {
             t(10_000),
             t(10_000),
         );
-        let s = statuses(&p);
-        assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Misfired).count(), 5);
-        assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Scheduled).count(), 6); // 5000..=10000
+        assert_eq!(p.skipped, skipped(0, 4000, 5));
+        let s = fires(&p);
+        assert_eq!(s.len(), 6); // 5000..=10000
+        assert_eq!(s[0], (5000, TriggerKind::FixRate));
         assert!(
             s.windows(2).all(|w| w[0].0 < w[1].0),
             "fire times increase: {s:?}"
         );
         assert_eq!(p.next_fire_at, Some(t(11_000)));
+    }
+
+    #[test]
+    fn a_long_gap_is_counted_over_several_scans() {
+        // A million missed fire times: counted a bounded number at a time.
+        let p = plan_fires(
+            &rate(1),
+            MisfireStrategy::DoNothing,
+            th(5000),
+            t(0),
+            t(1_005_000),
+            t(1_005_000),
+        );
+        assert!(p.fires.is_empty());
+        assert_eq!(
+            p.skipped,
+            skipped(0, MAX_STEPS_PER_JOB as i64 - 1, MAX_STEPS_PER_JOB as i64)
+        );
+        assert_eq!(p.next_fire_at, Some(t(MAX_STEPS_PER_JOB as i64)));
+    }
+
+    #[test]
+    fn a_skipped_fix_delay_fire_fires_again_its_delay_after_now() {
+        let p = plan_fires(
+            &JobSchedule::FixDelay(th(500)),
+            MisfireStrategy::DoNothing,
+            th(1000),
+            t(0),
+            t(60_000),
+            t(62_000),
+        );
+        assert!(p.fires.is_empty());
+        assert_eq!(p.skipped, skipped(0, 0, 1));
+        assert_eq!(p.next_fire_at, Some(t(60_500)));
+        assert!(p.enabled);
     }
 
     #[test]
@@ -691,15 +818,15 @@ mod tests {
             t(10_000),
             t(10_000),
         );
-        let s = statuses(&p);
-        assert_eq!(s.iter().filter(|x| x.2 == RunStatus::Misfired).count(), 4);
+        assert_eq!(p.skipped, skipped(0, 3000, 4));
+        let s = fires(&p);
         assert_eq!(
             s.iter()
                 .filter(|x| x.1 == TriggerKind::Misfire)
                 .collect::<Vec<_>>(),
-            vec![&(4000, TriggerKind::Misfire, RunStatus::Scheduled)]
+            vec![&(4000, TriggerKind::Misfire)]
         );
-        assert_eq!(s.len(), 11);
+        assert_eq!(s.len(), 7);
     }
 
     #[test]
@@ -713,7 +840,7 @@ mod tests {
             t(10_000),
         );
         assert_eq!(p.fires.len(), 11);
-        assert!(p.fires.iter().all(|f| f.status == RunStatus::Scheduled));
+        assert_eq!(p.skipped, None);
     }
 
     #[test]
@@ -726,13 +853,10 @@ mod tests {
             t(0),
             t(2000),
         );
-        assert_eq!(
-            statuses(&p),
-            vec![(100, TriggerKind::Once, RunStatus::Scheduled)]
-        );
+        assert_eq!(fires(&p), vec![(100, TriggerKind::Once)]);
         assert_eq!(p.next_fire_at, None);
         assert!(!p.enabled);
-        // missed by far more than the threshold: recorded as misfired, still disables
+        // missed by far more than the threshold: skipped, still disables
         let p = plan_fires(
             &JobSchedule::Once(t(100)),
             MisfireStrategy::DoNothing,
@@ -741,10 +865,8 @@ mod tests {
             t(60_000),
             t(62_000),
         );
-        assert_eq!(
-            statuses(&p),
-            vec![(100, TriggerKind::Once, RunStatus::Misfired)]
-        );
+        assert!(p.fires.is_empty());
+        assert_eq!(p.skipped, skipped(100, 100, 1));
         assert!(!p.enabled);
     }
 
@@ -776,14 +898,17 @@ mod tests {
             route: "sharding_broadcast".to_owned(),
             shard: 0,
             plan_gen: 0,
+            misfire_first: None,
+            misfire_last: None,
+            misfire_count: 0,
         }
     }
 
     #[test]
     fn expand_writes_one_run_per_broadcast_shard_and_advances_each_job() {
         // Job 1 is due now: 0, 100, 200, 300 within 350 ms of look-ahead, 3 runs each.
-        // Job 2 missed 0..=3900 by more than the threshold: `do_nothing` records them
-        // misfired (one row each), then fires from 4000 on.
+        // Job 2 missed 0..=3900 by more than the threshold: `do_nothing` skips them (no row,
+        // counted on the job), then fires from 4000 on.
         let jobs = [due(1, "do_nothing", 0, 0), due(2, "do_nothing", 0, 5000)];
         let x = expand(&jobs, th(350), |j| if j.id == 1 { 3 } else { 2 });
         let job1: Vec<(i32, i32)> = x
@@ -795,13 +920,14 @@ mod tests {
             .collect();
         assert_eq!(job1.len(), 12);
         assert_eq!(&job1[..3], &[(0, 3), (1, 3), (2, 3)]);
-        let misfired: Vec<usize> = (0..x.t_job.len())
-            .filter(|i| x.t_status[*i] == RunStatus::Misfired.as_str())
-            .collect();
-        assert_eq!(misfired.len(), 40);
-        assert!(misfired
+        assert!(x
+            .t_status
             .iter()
-            .all(|i| x.t_job[*i] == 2 && x.t_shard_total[*i] == 1 && x.t_shard_index[*i] == 0));
+            .all(|s| *s == RunStatus::Scheduled.as_str()));
+        assert_eq!(x.a_skip_count, vec![0, 40]);
+        assert_eq!(x.a_skip_first, vec![None, Some(t(0))]);
+        assert_eq!(x.a_skip_last, vec![None, Some(t(3900))]);
+        assert_eq!(x.a_close, vec![false, false]);
         let scheduled2 = (0..x.t_job.len())
             .filter(|i| x.t_job[*i] == 2 && x.t_status[*i] == RunStatus::Scheduled.as_str())
             .count();
@@ -820,6 +946,33 @@ mod tests {
         assert_eq!(x.a_job, vec![1, 2]);
         assert_eq!(x.a_next, vec![None, Some(t(100))]);
         assert_eq!(x.a_enabled, vec![true, true]);
+    }
+
+    #[test]
+    fn an_open_span_closes_when_quiet_for_a_minute_an_hour_long_or_on_another_day() {
+        let open = skipped(0, 10_000, 11);
+        // Nothing new, a minute after its last: closes; sooner: stays open.
+        assert!(closes(open, None, t(70_001)));
+        assert!(!closes(open, None, t(69_000)));
+        // New misses soon after: it grows; after a quiet minute: a new span.
+        assert!(!closes(open, skipped(11_000, 20_000, 10), t(25_000)));
+        assert!(closes(open, skipped(80_000, 81_000, 2), t(90_000)));
+        // An hour long: a new span.
+        let long = skipped(0, 3_590_000, 3591);
+        assert!(!closes(
+            long,
+            skipped(3_600_000, 3_600_000, 1),
+            t(3_610_000)
+        ));
+        assert!(closes(long, skipped(3_600_000, 3_600_001, 2), t(3_610_000)));
+        // Another UTC day (t(0) is 2027-01-15T08:00:00Z): a new span.
+        let before_midnight = skipped(57_599_000, 57_599_000, 1);
+        assert!(closes(
+            before_midnight,
+            skipped(57_600_000, 57_600_000, 1),
+            t(57_601_000)
+        ));
+        assert!(!closes(None, skipped(0, 1, 2), t(5)));
     }
 
     #[test]

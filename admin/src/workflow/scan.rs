@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cadenza_schemas::{MisfireStrategy, RunStatus, Schedule};
+use cadenza_schemas::{MisfireStrategy, Schedule};
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use tokio_util::sync::CancellationToken;
@@ -85,6 +85,32 @@ pub async fn run_once(ctx: &SchedulerContext) -> Result<usize, SchedulerError> {
             plan.enabled = true;
             plan.fires.truncate(FIRES_PER_ROUND);
         }
+        // Skipped fire times: one `misfired` workflow run for them all, at the last of them.
+        if let Some(skipped) = plan.skipped {
+            let new = NewRun {
+                workflow_id: w.id,
+                nodes: &w.nodes.0,
+                kind: schedule.trigger_kind().as_str(),
+                fire_time: skipped.last,
+                requested_by: None,
+            };
+            let message = if skipped.count == 1 {
+                format!(
+                    "missed its fire time by more than the misfire threshold ({} ms); misfire strategy {}",
+                    w.misfire_threshold_ms, w.misfire
+                )
+            } else {
+                format!(
+                    "missed {} fire times from {} to {} by more than the misfire threshold ({} ms); misfire strategy {}",
+                    skipped.count,
+                    skipped.first.to_rfc3339(),
+                    skipped.last.to_rfc3339(),
+                    w.misfire_threshold_ms,
+                    w.misfire
+                )
+            };
+            engine::record_misfired(&mut tx, &new, &message).await?;
+        }
         for f in &plan.fires {
             let new = NewRun {
                 workflow_id: w.id,
@@ -93,15 +119,7 @@ pub async fn run_once(ctx: &SchedulerContext) -> Result<usize, SchedulerError> {
                 fire_time: f.fire_time,
                 requested_by: None,
             };
-            if f.status == RunStatus::Misfired {
-                let message = format!(
-                    "missed its fire time by more than the misfire threshold ({} ms); misfire strategy {}",
-                    w.misfire_threshold_ms, w.misfire
-                );
-                engine::record_misfired(&mut tx, &new, &message).await?;
-            } else {
-                engine::start_run(&mut tx, &new).await?;
-            }
+            engine::start_run(&mut tx, &new).await?;
         }
         advance(&mut tx, w.id, plan.next_fire_at, plan.enabled).await?;
     }

@@ -52,6 +52,35 @@ async fn diamond(api: &ApiClient, dir: &std::path::Path) -> i64 {
 }
 
 /// A workflow whose first node sleeps a minute, then another; its id.
+/// A job that fires every minute, found an hour behind (as after an outage): the scan skips
+/// the 60 fire times past its misfire threshold, as one span, and fires the one on time.
+async fn behind_by_an_hour(cluster: &Cluster, api: &ApiClient) -> i64 {
+    let job = api
+        .create_job(
+            &json!({"name": "hourly backlog", "job_type": "console.noop",
+            "schedule": {"kind": "fix_rate", "every_ms": 60_000}}),
+        )
+        .await
+        .unwrap();
+    let pool = cluster.pool().await.unwrap();
+    sqlx::query("UPDATE jobs SET next_fire_at = now() - interval '3600 seconds' WHERE id = $1")
+        .bind(job)
+        .execute(&pool)
+        .await
+        .unwrap();
+    cadenza_integration::wait_for(Duration::from_secs(30), "the skipped span", || async {
+        let (_, m) = api.get_json(&format!("/api/misfires?job_id={job}")).await?;
+        Ok((m["total"] == 60).then_some(m))
+    })
+    .await
+    .map(|m| {
+        assert_eq!(m["open"][0]["count"], 60, "{m}");
+        assert_eq!(m["closed"], json!([]), "{m}");
+    })
+    .unwrap();
+    job
+}
+
 async fn long(api: &ApiClient) -> i64 {
     let sleep = api
         .create_job(
@@ -122,6 +151,7 @@ async fn the_console_works_in_a_real_browser() {
     assert_eq!(status, StatusCode::CREATED, "{body}");
     diamond(&admin.api(), cluster.dir()).await;
     long(&admin.api()).await;
+    let backlog = behind_by_an_hour(&cluster, &admin.api()).await;
 
     let shots = std::env::var_os("CADENZA_CONSOLE_SHOTS")
         .map_or_else(|| cluster.dir().join("shots"), PathBuf::from);
@@ -137,6 +167,7 @@ async fn the_console_works_in_a_real_browser() {
         .env("CADENZA_JOB_TYPE", "console.sh")
         .env("CADENZA_WORKFLOW", WORKFLOW)
         .env("CADENZA_LONG_WORKFLOW", LONG_WORKFLOW)
+        .env("CADENZA_MISFIRED_JOB", backlog.to_string())
         .env("CADENZA_SHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .env("CHROMIUM", &chromium)

@@ -290,6 +290,7 @@ pub(crate) async fn tally(
             .await
             .unwrap();
     let misfired: HashSet<(i64, DateTime<Utc>)> = misfired.into_iter().collect();
+    let spans = skipped_spans(pool).await;
     let mut t = Tally {
         duplicates: on_topic.values().filter(|n| **n > 1).count(),
         sent_twice: copies
@@ -302,11 +303,16 @@ pub(crate) async fn tally(
         read_in,
         ..Tally::default()
     };
+    let unrun = |job: &JobPlan, f: DateTime<Utc>| {
+        !on_topic.contains_key(&(job.id, f)) && !misfired.contains(&(job.id, f))
+    };
     for job in jobs {
+        let job_spans: Vec<&SkippedSpan> = spans.iter().filter(|s| s.job_id == job.id).collect();
         for f in job.expected(until) {
             t.expected += 1;
             let published = on_topic.get(&(job.id, f)).copied().unwrap_or(0);
-            let missed = misfired.contains(&(job.id, f));
+            let missed = misfired.contains(&(job.id, f))
+                || (published == 0 && job_spans.iter().any(|s| s.covers(f)));
             match (published, missed) {
                 (0, false) => {
                     t.lost += 1;
@@ -319,8 +325,59 @@ pub(crate) async fn tally(
                 (_, true) => t.duplicates += 1,
             }
         }
+        // Each span counts exactly the fire times of its range that have no run: more would
+        // be a fire time both sent and skipped, fewer one neither.
+        for span in job_spans {
+            let mut f = span.first;
+            let mut without_run = 0i64;
+            while f <= span.last {
+                without_run += i64::from(unrun(job, f));
+                f += job.every;
+            }
+            match without_run.cmp(&span.count) {
+                std::cmp::Ordering::Less => {
+                    t.duplicates += (span.count - without_run) as usize;
+                }
+                std::cmp::Ordering::Greater => {
+                    t.lost += (without_run - span.count) as usize;
+                    if t.lost_runs.len() < 20 {
+                        t.lost_runs.push(format!(
+                            "{span:?} has {without_run} fire times without a run"
+                        ));
+                    }
+                }
+                std::cmp::Ordering::Equal => {}
+            }
+        }
     }
     t
+}
+
+/// A span of fire times a job skipped (closed, or still open on the job).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SkippedSpan {
+    pub(crate) job_id: i64,
+    pub(crate) first: DateTime<Utc>,
+    pub(crate) last: DateTime<Utc>,
+    pub(crate) count: i64,
+}
+
+impl SkippedSpan {
+    pub(crate) fn covers(&self, f: DateTime<Utc>) -> bool {
+        self.first <= f && f <= self.last
+    }
+}
+
+/// Every span of skipped fire times, closed and open.
+pub(crate) async fn skipped_spans(pool: &PgPool) -> Vec<SkippedSpan> {
+    sqlx::query_as(
+        "SELECT job_id, first_fire AS first, last_fire AS last, count FROM misfires \
+         UNION ALL \
+         SELECT id, misfire_first, misfire_last, misfire_count FROM jobs WHERE misfire_count > 0",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
 }
 
 /// A run's id, kind, status, partition, offset, lease epoch and last update.
@@ -851,7 +908,8 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
         admin.log().contains("lease renewal failed"),
         "the outage is logged"
     );
-    // The daily report counts the misfires, whichever path recorded them (scan or recovery).
+    // The daily report counts the misfires, whichever path recorded them: the scan (skipped,
+    // in spans, open or closed) or the recovery (runs written ahead, found too late).
     let misfired: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM triggers WHERE job_id = $1 AND status = 'misfired'",
     )
@@ -859,8 +917,26 @@ async fn a_database_outage_stops_scheduling_and_misfire_rules_apply_after() {
     .fetch_one(&pool)
     .await
     .unwrap();
+    let skipped: i64 = skipped_spans(&pool)
+        .await
+        .iter()
+        .filter(|s| s.job_id == id)
+        .map(|s| s.count)
+        .sum();
     let counted = api.reported_runs(id, "misfired").await.unwrap();
-    assert_eq!(counted, misfired);
+    assert_eq!(counted, misfired + skipped);
+    // And the API lists the spans, with the job's total.
+    let (_, spans) = api
+        .get_json(&format!("/api/misfires?job_id={id}"))
+        .await
+        .unwrap();
+    assert_eq!(spans["total"], skipped, "{spans}");
+    let listed: i64 = ["open", "closed"]
+        .iter()
+        .flat_map(|k| spans[k].as_array().unwrap().iter())
+        .map(|s| s["count"].as_i64().unwrap())
+        .sum();
+    assert_eq!(listed, skipped, "{spans}");
 }
 
 /// Waits until job `id` has a succeeded run fired after `t`.
