@@ -378,7 +378,22 @@ async fn write(
         .bind(&x.t_epoch)
         .fetch_all(&mut *conn)
         .await?;
-    let closed: Vec<crate::misfires::ClosedSpan> = sqlx::query_as(sql!("scan/advance_jobs"))
+    // Spans close rarely (once per job and burst): a statement only when one does.
+    let closing: Vec<i64> = x
+        .a_job
+        .iter()
+        .zip(&x.a_close)
+        .filter(|(_, c)| **c)
+        .map(|(j, _)| *j)
+        .collect();
+    if !closing.is_empty() {
+        let closed: Vec<crate::misfires::ClosedSpan> = sqlx::query_as(sql!("scan/close_spans"))
+            .bind(&closing)
+            .fetch_all(&mut *conn)
+            .await?;
+        crate::misfires::count_closed(&mut *conn, &closed).await?;
+    }
+    sqlx::query(sql!("scan/advance_jobs"))
         .bind(&x.a_job)
         .bind(&x.a_next)
         .bind(&x.a_enabled)
@@ -386,9 +401,8 @@ async fn write(
         .bind(&x.a_skip_last)
         .bind(&x.a_skip_count)
         .bind(&x.a_close)
-        .fetch_all(&mut *conn)
+        .execute(&mut *conn)
         .await?;
-    crate::misfires::count_closed(conn, &closed).await?;
     Ok(Written {
         rows,
         ended: x.skipped(due),

@@ -24,6 +24,19 @@
 //! adds one line of JSON with the same figures, the last line printed (`scripts/bench-compare`
 //! reads it).
 //!
+//! The headline is CPU per unit of work: CPU-µs of the admin, the broker and PostgreSQL per
+//! published trigger and, with workers, CPU-µs of everything per finished run (CPU time travels
+//! between machines; a rate is this machine's).
+//!
+//! `--then-rate R` makes the window an overload that ends: at its end all but enough jobs for R
+//! triggers/s stop firing, and after 30 s the benchmark prints how long after the fall the last
+//! fire time was still skipped, and how late the fires of the last 10 s were published.
+//!
+//! `--find-ceiling` runs the benchmark again and again on a fresh cluster, from `--rate` up by a
+//! fifth each time (as many jobs as the rate, each firing once a second), until a window of
+//! `--secs` misfires or publishes less than 99 % of what was due, and prints the highest rate
+//! held, with its p99 lateness and CPU per trigger.
+//!
 //! `--backlog N` measures the workers alone instead: N jobs fire once each while no worker runs;
 //! once all are on the topic, `--workers` workers (default 1) start and the benchmark prints how
 //! many runs per second they finished (first start to last finish, as recorded by the admin).
@@ -53,7 +66,15 @@ struct Args {
     /// `KEY=VALUE` settings given to the admin (`--admin-env`) and to each worker (`--worker-env`).
     admin_env: Vec<(String, String)>,
     worker_env: Vec<(String, String)>,
+    /// After the window, the load falls back to this rate for [`RECOVERY_SECS`] (an overload
+    /// that ends): how soon nothing more is skipped.
+    then_rate: Option<i64>,
+    /// Raise the rate until a window misfires; print the highest held.
+    find_ceiling: bool,
 }
+
+/// How long the load that `--then-rate` falls back to is kept up.
+const RECOVERY_SECS: u64 = 30;
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
@@ -66,6 +87,8 @@ fn parse_args() -> Result<Args> {
         json: false,
         admin_env: Vec::new(),
         worker_env: Vec::new(),
+        then_rate: None,
+        find_ceiling: false,
     };
     let mut workers_given = false;
     let mut it = std::env::args().skip(1);
@@ -90,13 +113,22 @@ fn parse_args() -> Result<Args> {
                         .context("--backlog: not a number")?,
                 )
             }
+            "--then-rate" => {
+                a.then_rate = Some(
+                    value("--then-rate")?
+                        .parse()
+                        .context("--then-rate: not a number")?,
+                )
+            }
+            "--find-ceiling" => a.find_ceiling = true,
             "--statements" => a.statements = true,
             "--json" => a.json = true,
             "--admin-env" => a.admin_env.push(setting(&value("--admin-env")?)?),
             "--worker-env" => a.worker_env.push(setting(&value("--worker-env")?)?),
             "-h" | "--help" => {
                 println!(
-                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--statements] [--json]\n\
+                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--then-rate triggers/s] [--statements] [--json]\n\
+                     bench --find-ceiling [--rate first triggers/s (10000)] [--secs S (30)]\n\
                      bench --backlog N [--workers N (1)] [--statements] [--json]\n\
                      both: [--admin-env KEY=VALUE]... [--worker-env KEY=VALUE]... (settings such as CADENZA_PUBLISH_AHEAD_MS)"
                 );
@@ -107,6 +139,9 @@ fn parse_args() -> Result<Args> {
     }
     if a.jobs < 1 || a.rate < 1 || a.secs < 5 {
         bail!("--jobs and --rate must be at least 1, --secs at least 5");
+    }
+    if a.then_rate.is_some_and(|r| r < 1 || r >= a.rate) {
+        bail!("--then-rate must be at least 1 and below --rate");
     }
     if let Some(n) = a.backlog {
         if n < 1 {
@@ -137,6 +172,26 @@ fn pairs(settings: &[(String, String)]) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// Lateness (record timestamp minus fire time, ms), sorted, of the trigger records whose fire
+/// time `within` accepts.
+fn lateness_ms(
+    records: &[cadenza_integration::TopicRecord],
+    within: impl Fn(DateTime<Utc>) -> bool,
+) -> Vec<f64> {
+    let mut late: Vec<f64> = records
+        .iter()
+        .filter_map(|r| {
+            let v = r.payload_json().ok()?;
+            let fire = DateTime::parse_from_rfc3339(v["fire_time"].as_str()?).ok()?;
+            let fire = fire.with_timezone(&Utc);
+            let stamp = r.timestamp_ms?;
+            within(fire).then(|| (stamp - fire.timestamp_millis()) as f64)
+        })
+        .collect();
+    late.sort_by(f64::total_cmp);
+    late
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
@@ -155,8 +210,43 @@ async fn main() -> Result<()> {
     }
     match args.backlog {
         Some(n) => backlog(&args, n).await,
-        None => steady(&args).await,
+        None if args.find_ceiling => find_ceiling(args).await,
+        None => steady(&args).await.map(drop),
     }
+}
+
+/// Raises the rate by a fifth from `--rate` (with as many jobs, each firing once a second) until
+/// a window of `--secs` misfires or publishes less than 99 % of what was due, and prints the
+/// highest rate held, with its p99 lateness and CPU per trigger.
+async fn find_ceiling(mut args: Args) -> Result<()> {
+    args.json = false;
+    let mut held: Option<(i64, Value)> = None;
+    let mut rate = args.rate;
+    loop {
+        args.rate = rate;
+        args.jobs = rate;
+        println!("--- {rate} triggers/s for {} s", args.secs);
+        let s = steady(&args).await?;
+        let due = s["due_per_s"].as_f64().unwrap_or(0.0);
+        let fired = s["fired_per_s"].as_f64().unwrap_or(0.0);
+        let ok = s["misfired"].as_i64() == Some(0) && fired >= 0.99 * due;
+        if !ok {
+            break;
+        }
+        held = Some((rate, s));
+        rate = rate * 6 / 5;
+    }
+    match held {
+        Some((rate, s)) => println!(
+            "ceiling: {rate} triggers/s held for {} s with no misfire; lateness p99 {} ms; {:.0} CPU-µs per published trigger (next step, {} /s, did not hold)",
+            args.secs,
+            s["lateness_ms"]["p99"],
+            s["cpu_us_per_trigger"].as_f64().unwrap_or(f64::NAN),
+            rate * 6 / 5
+        ),
+        None => println!("ceiling: below {rate} triggers/s (the first step did not hold)"),
+    }
+    Ok(())
 }
 
 /// The processes of one run whose CPU time is counted, by part.
@@ -477,7 +567,7 @@ async fn unfinished_runs(
         .collect())
 }
 
-async fn steady(args: &Args) -> Result<()> {
+async fn steady(args: &Args) -> Result<Value> {
     let every_ms = (args.jobs * 1000 / args.rate).max(1);
     eprintln!(
         "bench: {} fix_rate jobs every {every_ms} ms (≈{} triggers/s), {} s window, {} workers",
@@ -507,6 +597,24 @@ async fn steady(args: &Args) -> Result<()> {
     let (cpu1, wal1) = (parts.read(), wal(&pool).await?);
     let rss = rss_mib(admin.pid());
     let window_s = (t1 - t0).num_milliseconds() as f64 / 1000.0;
+
+    // The load falls back: all but enough jobs for --then-rate stop firing.
+    let fell_back = match args.then_rate {
+        Some(r2) => {
+            let keep = (args.jobs * r2 / args.rate).max(1);
+            sqlx::query(
+                "UPDATE jobs SET enabled = false
+                 WHERE id NOT IN (SELECT id FROM jobs ORDER BY id LIMIT $1)",
+            )
+            .bind(keep)
+            .execute(&pool)
+            .await?;
+            let at = Utc::now();
+            tokio::time::sleep(Duration::from_secs(RECOVERY_SECS)).await;
+            Some((at, keep))
+        }
+        None => None,
+    };
 
     // Stop the load, let what is in flight finish (bounded), stop every writer, then read.
     sqlx::query("UPDATE jobs SET enabled = false")
@@ -558,17 +666,7 @@ async fn steady(args: &Args) -> Result<()> {
     let misfired = misfired_rows + skipped;
     let topic = format!("{}.trigger.bench.noop", cluster.topic_prefix());
     let records = read_topic_to_end(&cluster.brokers(), &topic, Duration::from_secs(300)).await?;
-    let mut lateness: Vec<f64> = records
-        .iter()
-        .filter_map(|r| {
-            let v = r.payload_json().ok()?;
-            let fire = DateTime::parse_from_rfc3339(v["fire_time"].as_str()?).ok()?;
-            let fire = fire.with_timezone(&Utc);
-            let stamp = r.timestamp_ms?;
-            (fire >= t0 && fire <= t1).then(|| (stamp - fire.timestamp_millis()) as f64)
-        })
-        .collect();
-    lateness.sort_by(f64::total_cmp);
+    let lateness = lateness_ms(&records, |fire| fire >= t0 && fire <= t1);
     // Each run's record timestamp, for the workers' share of the start lateness.
     let sent_at: HashMap<i64, i64> = records
         .iter()
@@ -617,7 +715,20 @@ async fn steady(args: &Args) -> Result<()> {
         wal1.records - wal0.records,
         wal1.fpi - wal0.fpi
     );
+    let server_cpu: f64 = ["admin", "broker", "postgres"]
+        .iter()
+        .filter_map(|p| cpu.get(p))
+        .sum();
+    let us_per_trigger = server_cpu * 1e6 / published.max(1) as f64;
+    println!(
+        "CPU per trigger:  {us_per_trigger:.0} µs per published trigger (admin + broker + PostgreSQL)"
+    );
+    let recovery = match fell_back {
+        Some((at, keep)) => Some(recovery(&pool, &records, at, keep, every_ms).await?),
+        None => None,
+    };
     let mut e2e = Value::Null;
+    let mut us_per_run = Value::Null;
     let mut start_spread = Value::Null;
     if args.workers > 0 {
         let start_late = ms_after_fire(&pool, "started_at", t0, t1).await?;
@@ -660,6 +771,11 @@ async fn steady(args: &Args) -> Result<()> {
             println!("  {line}");
         }
         e2e = json!(rate);
+        let per_run = cpu_total * 1e6 / finished_in_window.max(1) as f64;
+        println!(
+            "CPU per run:      {per_run:.0} µs per finished run end to end (admin + broker + PostgreSQL + workers)"
+        );
+        us_per_run = json!(per_run);
         start_spread = spread_json(&start_late);
     } else if left > 0 {
         println!(
@@ -672,10 +788,7 @@ async fn steady(args: &Args) -> Result<()> {
             .await?;
     println!("runs by status:   {statuses:?}");
     print_statements(&statements);
-    if args.json {
-        println!(
-            "{}",
-            json!({
+    let summary = json!({
                 "system": "cadenza",
                 "jobs": args.jobs,
                 "secs": args.secs,
@@ -688,11 +801,55 @@ async fn steady(args: &Args) -> Result<()> {
                 "start_lateness_ms": start_spread,
                 "cpu_s": {"total": cpu_total, "parts": cpu},
                 "wal_bytes_per_trigger": per_trigger,
+                "cpu_us_per_trigger": us_per_trigger,
+                "cpu_us_per_run": us_per_run,
+                "recovery": recovery,
                 "admin_rss_mib": rss,
-            })
-        );
+    });
+    if args.json {
+        println!("{summary}");
     }
-    Ok(())
+    Ok(summary)
+}
+
+/// After the load fell back at `at` to `keep` jobs: the last fire time skipped after it (how
+/// long the admin took to catch up), and how late the fires of the last 10 s of the recovery
+/// window were published. Printed; returned as JSON.
+async fn recovery(
+    pool: &PgPool,
+    records: &[cadenza_integration::TopicRecord],
+    at: DateTime<Utc>,
+    keep: i64,
+    every_ms: i64,
+) -> Result<Value> {
+    let last_skipped: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT max(last) FROM (
+             SELECT last_fire AS last FROM misfires
+             WHERE job_id IN (SELECT id FROM jobs ORDER BY id LIMIT $2)
+             UNION ALL
+             SELECT misfire_last FROM jobs
+             WHERE misfire_count > 0 AND id IN (SELECT id FROM jobs ORDER BY id LIMIT $2)) s
+         WHERE last >= $1",
+    )
+    .bind(at)
+    .bind(keep)
+    .fetch_one(pool)
+    .await?;
+    let caught_up_s = last_skipped.map_or(0.0, |l| (l - at).num_milliseconds() as f64 / 1000.0);
+    let tail_from = at + chrono::Duration::seconds(RECOVERY_SECS as i64 - 10);
+    let tail_to = at + chrono::Duration::seconds(RECOVERY_SECS as i64);
+    let late = lateness_ms(records, |fire| fire >= tail_from && fire < tail_to);
+    let rate = keep * 1000 / every_ms.max(1);
+    println!(
+        "recovery:         load fell to {rate}/s ({keep} jobs): last fire time skipped {caught_up_s:.1} s after; lateness of the fires {}-{} s after: {} ms ({} records)",
+        RECOVERY_SECS - 10,
+        RECOVERY_SECS,
+        spread(&late),
+        late.len()
+    );
+    Ok(
+        json!({"rate": rate, "last_skipped_after_s": caught_up_s, "lateness_ms": spread_json(&late)}),
+    )
 }
 
 /// The workers alone: a backlog of runs on the topic, then the workers start.
