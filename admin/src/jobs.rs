@@ -1,6 +1,8 @@
 //! Job definitions: the API's input (`JobSpec`), its validation, and the stored job (`Job`).
 
-use cadenza_schemas::{BlockStrategy, JobId, JobType, MisfireStrategy, RouteStrategy, Schedule};
+use cadenza_schemas::{
+    BlockStrategy, JobId, JobType, MisfireStrategy, Overlap, RouteStrategy, Schedule,
+};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +118,18 @@ pub struct JobSpec {
     pub alarm_emails: Vec<String>,
     #[serde(default = "default_enabled")]
     pub enabled: bool,
+    /// The concurrency group whose slots its runs take (`POST /api/concurrency-groups`); none:
+    /// its runs are limited by nothing but the workers.
+    #[serde(default)]
+    #[schema(max_length = 100, pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")]
+    pub concurrency_group: Option<String>,
+    /// In its concurrency group's queue, runs of a higher priority go first (default 0).
+    #[serde(default)]
+    #[schema(minimum = -1000, maximum = 1000)]
+    pub priority: i32,
+    /// What a fire does while a run of the job is in flight anywhere (default `allow`).
+    #[serde(default = "default_overlap")]
+    pub overlap: Overlap,
 }
 
 fn default_route() -> RouteStrategy {
@@ -136,6 +150,12 @@ fn default_backoff_max() -> i64 {
 fn default_enabled() -> bool {
     true
 }
+fn default_overlap() -> Overlap {
+    Overlap::Allow
+}
+
+/// Highest (and, negated, lowest) job priority.
+pub const MAX_PRIORITY: i32 = 1000;
 
 /// A field that failed validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -252,6 +272,18 @@ impl JobSpec {
                     format!("{a:?} is not an e-mail address"),
                 ));
             }
+        }
+        if let Some(group) = &self.concurrency_group {
+            crate::flow::check_group_name("concurrency_group", group)?;
+        }
+        if !(-MAX_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
+            return Err(FieldError::new(
+                "priority",
+                format!(
+                    "must be between -{MAX_PRIORITY} and {MAX_PRIORITY}; got {}",
+                    self.priority
+                ),
+            ));
         }
         Ok(JobSchedule::parse(&self.schedule, now)?)
     }
@@ -418,6 +450,9 @@ pub struct JobRow {
     pub next_fire_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub concurrency_group: Option<String>,
+    pub priority: i32,
+    pub overlap: String,
 }
 
 /// A `jobs` row that does not read back as a job.
@@ -458,6 +493,9 @@ impl TryFrom<JobRow> for Job {
                 alarm_webhook: r.alarm_webhook,
                 alarm_emails: r.alarm_emails,
                 enabled: r.enabled,
+                concurrency_group: r.concurrency_group,
+                priority: r.priority,
+                overlap: r.overlap.parse()?,
             },
             shard: r.shard,
             next_fire_at: r.next_fire_at,

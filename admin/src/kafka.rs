@@ -214,6 +214,45 @@ impl KafkaClients {
         .await?
     }
 
+    /// Sends a cancel record for run `trigger_id` of job `job_id` to `partition` of its job
+    /// type's trigger topic, where the worker that runs (or will run) it reads it.
+    pub async fn send_cancel(
+        &self,
+        job_type: &JobType,
+        job_id: i64,
+        trigger_id: i64,
+        partition: i32,
+        by: &str,
+    ) -> Result<(), KafkaError> {
+        let record = TriggerRecord::Cancel(cadenza_schemas::CancelMessage {
+            trigger_id: cadenza_schemas::TriggerId(trigger_id),
+            job_id: cadenza_schemas::JobId(job_id),
+            by: by.to_owned(),
+            requested_at: chrono::Utc::now(),
+        });
+        // Serializing a record of our own types does not fail; if it did, nothing is sent.
+        let payload = serde_json::to_vec(&record)
+            .map_err(|_| KafkaError::MessageProduction(RDKafkaErrorCode::InvalidRecord))?;
+        let topic = self.topics().trigger(job_type);
+        let key = job_id.to_string();
+        let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+            key: cadenza_schemas::HEADER_RECORD,
+            value: Some("cancel"),
+        });
+        self.producer()
+            .send(
+                rdkafka::producer::FutureRecord::to(&topic)
+                    .partition(partition)
+                    .key(&key)
+                    .payload(&payload)
+                    .headers(headers),
+                rdkafka::util::Timeout::After(Duration::from_secs(10)),
+            )
+            .await
+            .map(drop)
+            .map_err(|(e, _)| e)
+    }
+
     /// The producer (a cheap handle).
     pub fn producer(&self) -> FutureProducer {
         self.producer

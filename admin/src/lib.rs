@@ -23,6 +23,7 @@ pub mod auth;
 pub mod config;
 pub(crate) mod console;
 pub mod db;
+pub(crate) mod flow;
 pub(crate) mod guard;
 pub mod ids;
 pub(crate) mod import;

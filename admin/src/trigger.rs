@@ -32,6 +32,18 @@ pub struct PendingTrigger {
     /// Set when the scan wrote the run already `publishing` (routed, under its shard's lease
     /// epoch); `None` for a `scheduled` run, which the publisher routes and marks itself.
     pub claim: Option<PreClaim>,
+    /// When a queued run was released (concurrency group, overlap policy): its misfire
+    /// threshold counts from then, as the wait in its queue was judged when it was released.
+    pub released_at: Option<DateTime<Utc>>,
+}
+
+impl PendingTrigger {
+    /// When the run became due for publication: its fire time, or its release from a queue.
+    pub fn due_at(&self) -> DateTime<Utc> {
+        self.released_at
+            .unwrap_or(self.fire_time)
+            .max(self.fire_time)
+    }
 }
 
 /// How the scan claimed a run it wrote `publishing`.
@@ -89,6 +101,9 @@ pub struct PendingRow {
     pub routed_worker: Option<String>,
     #[sqlx(default)]
     pub lease_epoch: Option<i64>,
+    /// Of a run released from a queue.
+    #[sqlx(default)]
+    pub released_at: Option<DateTime<Utc>>,
 }
 
 /// Why a `triggers` row cannot become a [`PendingTrigger`].
@@ -146,6 +161,7 @@ impl TryFrom<PendingRow> for PendingTrigger {
                 }),
                 _ => None,
             },
+            released_at: r.released_at,
         })
     }
 }

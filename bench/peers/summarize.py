@@ -13,7 +13,11 @@ not finish). Over the window [W0, W1):
                   although a later slot of the same job did. Slots after a job's last fired
                   one were still waiting when the load stopped: they are reported apart
                   (stderr), not as misfired;
-  e2e_runs_per_s  runs that finished in the window / S (null with --no-e2e).
+  e2e_runs_per_s  runs that finished in the window / S (null with --no-e2e);
+  cpu_us_per_trigger, cpu_us_per_run
+                  CPU µs of all the system's processes in the window per run fired and per
+                  run finished in it (a peer's scheduler also runs its jobs, so the same CPU is
+                  divided by both counts).
 Prints a short account to stderr and the JSON object as the last stdout line.
 """
 import json
@@ -24,6 +28,14 @@ def percentile(sorted_values, p):
     if not sorted_values:
         return None
     return float(sorted_values[round((len(sorted_values) - 1) * p)])
+
+
+def per_unit(cpu, count):
+    """CPU µs of the window per unit of work, or None when no work was done."""
+    total = cpu.get("total")
+    if total is None or not count:
+        return None
+    return round(total * 1e6 / count, 1)
 
 
 def main(argv):
@@ -89,6 +101,8 @@ def main(argv):
         },
         "e2e_runs_per_s": None if opts["--no-e2e"] else round(finished / secs, 1),
         "cpu_s": cpu,
+        "cpu_us_per_trigger": per_unit(cpu, fired),
+        "cpu_us_per_run": None if opts["--no-e2e"] else per_unit(cpu, finished),
     }
     print(json.dumps(result))
 

@@ -37,6 +37,7 @@ pub const TERMINAL: &[&str] = &[
     "cancelled",
     "lost",
     "misfired",
+    "skipped",
 ];
 
 /// Creates a job (`POST /api/jobs`, which must answer 201); its id.

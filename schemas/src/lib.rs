@@ -27,7 +27,7 @@ pub use messages::{
 };
 pub use schedule::Schedule;
 pub use strategy::{
-    BlockStrategy, MisfireStrategy, ParseEnumError, RouteStrategy, RunStatus, TriggerKind,
+    BlockStrategy, MisfireStrategy, Overlap, ParseEnumError, RouteStrategy, RunStatus, TriggerKind,
 };
 pub use topic_settings::{
     TopicConfig, TopicKind, TopicPolicy, DEFAULT_TRIGGER_RETENTION_MS,

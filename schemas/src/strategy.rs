@@ -103,8 +103,27 @@ wire_enum! {
 }
 
 wire_enum! {
+    /// What a fire does while a run of the same job is in flight anywhere in the cluster
+    /// (Temporal's overlap policies); block strategies still apply on each worker.
+    Overlap, "overlap policy" {
+        /// Runs overlap freely (the default).
+        Allow = "allow",
+        /// The fire is recorded `skipped`.
+        Skip = "skip",
+        /// One fire waits for the run in flight; later ones are recorded `skipped`.
+        BufferOne = "buffer_one",
+        /// Every fire waits, and they run one after the other.
+        BufferAll = "buffer_all",
+        /// The run in flight is cancelled and the newest fire runs once it ended.
+        CancelOther = "cancel_other",
+    }
+}
+
+wire_enum! {
     /// The status of one run (one row of `triggers`). See `docs/states.md`.
     RunStatus, "run status" {
+        /// Waiting for a slot of its concurrency group, or for its job's overlap policy.
+        Queued = "queued",
         Scheduled = "scheduled",
         Publishing = "publishing",
         Published = "published",
@@ -116,6 +135,8 @@ wire_enum! {
         Cancelled = "cancelled",
         Lost = "lost",
         Misfired = "misfired",
+        /// Not run: its job's overlap policy passed it over (a run of the job was in flight).
+        Skipped = "skipped",
     }
 }
 
@@ -131,6 +152,7 @@ impl RunStatus {
                 | RunStatus::Cancelled
                 | RunStatus::Lost
                 | RunStatus::Misfired
+                | RunStatus::Skipped
         )
     }
 

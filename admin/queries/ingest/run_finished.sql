@@ -20,7 +20,8 @@ FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::int[], $5::bigint[], $6::i
      AS u (id, worker_id, worker_group, partition, "offset", attempt, status, started_at,
            finished_at, message, log, retry_requested, output, published_at)
 WHERE t.id = u.id
-  AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired')
+  AND t.status NOT IN ('succeeded', 'failed', 'timed_out', 'discarded', 'cancelled', 'lost', 'misfired',
+                       'skipped')
   AND u.attempt >= t.attempt
   -- As for `started`: a few attempts on at most.
   AND u.attempt <= t.attempt + 16

@@ -9,7 +9,9 @@ WITH overdue AS (
     WHERE t.shard = ANY($1::int[])
       AND t.status = 'scheduled'
       AND t.kind IN ('cron', 'fix_rate', 'fix_delay', 'once', 'misfire')
-      AND t.fire_time < now() - make_interval(secs => j.misfire_threshold_ms / 1000.0)
+      -- A run released from a queue counts from its release.
+      AND COALESCE(t.released_at, t.fire_time)
+          < now() - make_interval(secs => j.misfire_threshold_ms / 1000.0)
 )
 UPDATE triggers t
 SET status = 'misfired', finished_at = now(), updated_at = now(),

@@ -12,15 +12,18 @@ r AS (
          WITH ORDINALITY AS r (parent_id, job_id, params, block, timeout_ms, shard_index, shard_total, n)
 ),
 j AS (
-    SELECT id, job_type, shard, route FROM jobs
+    SELECT id, job_type, shard, route, priority,
+           cadenza_queue_key(id, concurrency_group, overlap) AS queue_key
+    FROM jobs
     WHERE id IN (SELECT job_id FROM r)
     FOR KEY SHARE
 ),
 t AS (
     INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
-                          route, shard_index, shard_total, parent_id, replay_id)
-    SELECT j.id, j.job_type, j.shard, 'replay', 'scheduled', now(), r.params, r.block, r.timeout_ms,
-           j.route, r.shard_index, r.shard_total, r.parent_id, rp.id
+                          route, shard_index, shard_total, parent_id, replay_id, queue_key, priority)
+    SELECT j.id, j.job_type, j.shard, 'replay', CASE WHEN j.queue_key IS NULL THEN 'scheduled' ELSE 'queued' END, now(), r.params, r.block,
+           r.timeout_ms, j.route, r.shard_index, r.shard_total, r.parent_id, rp.id, j.queue_key,
+           j.priority
     FROM r
     JOIN j ON j.id = r.job_id
     CROSS JOIN rp

@@ -4,6 +4,8 @@
 -- shard's lease epoch ($9), checked in this transaction (lease/check, FOR KEY SHARE); the
 -- selector leaves the worker NULL exactly when no live worker served the job type, and
 -- route_note says so, as the code `no_live_worker` (the API words it).
+-- A run of a job in a concurrency group, or with an overlap policy, is written `queued` under
+-- its job's queue key and priority (migration 0024), for the releaser.
 -- A (job, fire time, shard) that already exists is skipped (unique index triggers_job_fire_time).
 WITH p AS (
     SELECT *
@@ -18,7 +20,7 @@ g AS (
 )
 INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
                       route, shard_index, shard_total, fire_group, message, finished_at,
-                      partition, routed_worker, route_note, lease_epoch)
+                      partition, routed_worker, route_note, lease_epoch, queue_key, priority)
 SELECT j.id, j.job_type, j.shard, p.kind, p.status, p.fire_time, j.params, j.block, j.timeout_ms,
        j.route, p.shard_index, p.shard_total, g.fire_group,
        CASE WHEN p.status = 'misfired'
@@ -29,7 +31,11 @@ SELECT j.id, j.job_type, j.shard, p.kind, p.status, p.fire_time, j.params, j.blo
        CASE WHEN p.status = 'publishing' AND p.routed_worker IS NULL
             THEN 'no_live_worker'
        END,
-       p.lease_epoch
+       p.lease_epoch,
+       CASE WHEN p.status = 'queued'
+            THEN cadenza_queue_key(j.id, j.concurrency_group, j.overlap)
+       END,
+       CASE WHEN p.status = 'queued' THEN j.priority END
 FROM p
 JOIN jobs j ON j.id = p.job_id
 LEFT JOIN g ON g.job_id = p.job_id AND g.fire_time = p.fire_time

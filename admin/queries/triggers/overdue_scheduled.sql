@@ -4,7 +4,8 @@
 -- written `publishing`, tens of thousands overdue when the publisher is behind, nor the dead
 -- entries their records leave. Other kinds come with triggers/pending_requested.
 SELECT id, job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms, attempt,
-       shard_index, shard_total, route, requested_worker, workflow_run_id, workflow_node, upstream
+       shard_index, shard_total, route, requested_worker, workflow_run_id, workflow_node, upstream,
+       released_at
 FROM triggers
 WHERE shard = ANY($1::int[]) AND status = 'scheduled'
   AND kind IN ('cron', 'fix_rate', 'fix_delay', 'once', 'misfire')

@@ -9,16 +9,19 @@ WITH r AS (
          WITH ORDINALITY AS r (job_id, params, node, upstream, n)
 ),
 j AS (
-    SELECT id, job_type, shard, params, block, timeout_ms, route FROM jobs
+    SELECT id, job_type, shard, params, block, timeout_ms, route, priority,
+           cadenza_queue_key(id, concurrency_group, overlap) AS queue_key
+    FROM jobs
     WHERE id IN (SELECT job_id FROM r)
     FOR KEY SHARE
 ),
 t AS (
     INSERT INTO triggers (job_id, job_type, shard, kind, status, fire_time, params, block, timeout_ms,
-                          route, workflow_run_id, workflow_node, upstream)
-    SELECT j.id, j.job_type, j.shard, 'workflow', 'scheduled', COALESCE($6::timestamptz, now()),
+                          route, workflow_run_id, workflow_node, upstream, queue_key, priority)
+    SELECT j.id, j.job_type, j.shard, 'workflow', CASE WHEN j.queue_key IS NULL THEN 'scheduled' ELSE 'queued' END,
+           COALESCE($6::timestamptz, now()),
            COALESCE(r.params, j.params), j.block, j.timeout_ms, j.route, $1, r.node,
-           r.upstream::jsonb
+           r.upstream::jsonb, j.queue_key, j.priority
     FROM r
     JOIN j ON j.id = r.job_id
     ORDER BY r.n

@@ -35,6 +35,10 @@ pub enum ErrorCode {
     WorkflowExists,
     /// 409: the job is a node of a workflow; remove it from the workflow first.
     JobInUse,
+    /// 409: a concurrency group of that name exists already.
+    GroupExists,
+    /// 409: jobs still belong to the concurrency group; move them out first.
+    GroupInUse,
     /// 409: the action does not apply in the current state (a workflow run that is not running
     /// cannot be cancelled; only a failed or cancelled node can be retried or marked
     /// succeeded); the message says why.
@@ -85,6 +89,8 @@ impl ErrorCode {
             ErrorCode::UserExists => "user_exists",
             ErrorCode::WorkflowExists => "workflow_exists",
             ErrorCode::JobInUse => "job_in_use",
+            ErrorCode::GroupExists => "group_exists",
+            ErrorCode::GroupInUse => "group_in_use",
             ErrorCode::Conflict => "conflict",
             ErrorCode::NotCancellable => "not_cancellable",
             ErrorCode::PayloadTooLarge => "payload_too_large",

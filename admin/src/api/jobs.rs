@@ -126,6 +126,7 @@ async fn prepare(
     let schedule = spec.validate(now)?;
     let mut conn = state.pool.acquire().await?;
     check_children(&mut conn, p, spec, own_id, &[]).await?;
+    check_group(&mut conn, spec).await?;
     drop(conn);
     state
         .kafka
@@ -158,7 +159,10 @@ pub(super) fn bind_spec<'q>(
         .bind(spec.retry_backoff.as_str())
         .bind(spec.retry_backoff_max_ms)
         .bind(&spec.alarm_webhook)
-        .bind(&spec.alarm_emails))
+        .bind(&spec.alarm_emails)
+        .bind(&spec.concurrency_group)
+        .bind(spec.priority)
+        .bind(spec.overlap.as_str()))
 }
 
 /// Creates a job. It fires by its schedule from now on (unless `enabled` is false).
@@ -321,7 +325,42 @@ async fn store(
     };
     let q = sqlx::query_as::<_, JobRow>(sql!("jobs/update")).bind(current.id.0);
     let row = bind_spec(q, spec, next)?.fetch_one(&mut **tx).await?;
-    to_job(row)
+    let job = to_job(row)?;
+    let flow = |s: &JobSpec| (s.concurrency_group.clone(), s.priority, s.overlap);
+    if flow(&job.spec) != flow(&current.spec) {
+        // Its queued runs follow it into its new queue, or go at once when it has none.
+        let key = crate::flow::queue_key(
+            job.id.0,
+            job.spec.concurrency_group.as_deref(),
+            job.spec.overlap,
+        );
+        sqlx::query(sql!("flow/requeue_job"))
+            .bind(job.id.0)
+            .bind(key)
+            .bind(job.spec.priority)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(job)
+}
+
+/// Refuses a job whose `concurrency_group` names no group.
+async fn check_group(conn: &mut PgConnection, spec: &JobSpec) -> ApiResult<()> {
+    let Some(name) = &spec.concurrency_group else {
+        return Ok(());
+    };
+    let exists: bool = sqlx::query_scalar(sql!("flow/group_exists"))
+        .bind(name)
+        .fetch_one(conn)
+        .await?;
+    if exists {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "concurrency_group",
+            format!("no concurrency group is named {name:?}; create it first with POST /api/concurrency-groups"),
+        ))
+    }
 }
 
 async fn modify(
@@ -353,6 +392,7 @@ async fn modify(
     let kept: Vec<i64> = current.spec.children.iter().map(|c| c.0).collect();
     let mut conn = state.pool.acquire().await?;
     check_children(&mut conn, p, &spec, Some(id), &kept).await?;
+    check_group(&mut conn, &spec).await?;
     drop(conn);
     state
         .kafka

@@ -5,6 +5,7 @@ mod alarms;
 mod audit;
 mod doc;
 mod error;
+mod groups;
 mod import;
 mod input;
 mod jobs;
@@ -270,6 +271,11 @@ fn routes() -> Vec<(Rule, Route)> {
         (Write, routes!(jobs::enable)),
         (Write, routes!(jobs::disable)),
         (Write, routes!(jobs::trigger)),
+        (Write, routes!(groups::create)),
+        (Read, routes!(groups::list)),
+        (Read, routes!(groups::get)),
+        (Write, routes!(groups::update)),
+        (Write, routes!(groups::delete)),
         (Write, routes!(import::xxl_job)),
         (Read, routes!(schedules::preview)),
         (Read, routes!(triggers::list)),

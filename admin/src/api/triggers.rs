@@ -311,7 +311,7 @@ pub(super) async fn cancel_run(
         )
     };
     let answer = match status.parse::<RunStatus>() {
-        Ok(RunStatus::Scheduled) => {
+        Ok(RunStatus::Scheduled | RunStatus::Queued) => {
             sqlx::query(sql!("triggers/cancel_unpublished"))
                 .bind([id])
                 .bind(format!("cancelled by {by}"))
@@ -324,35 +324,14 @@ pub(super) async fn cancel_run(
         Ok(RunStatus::Published | RunStatus::Running) => {
             let partition =
                 partition.ok_or_else(|| refuse("it has no partition recorded".to_owned()))?;
-            let record = cadenza_schemas::TriggerRecord::Cancel(cadenza_schemas::CancelMessage {
-                trigger_id: cadenza_schemas::TriggerId(id),
-                job_id: cadenza_schemas::JobId(job_id),
-                by: by.clone(),
-                requested_at: Utc::now(),
-            });
-            let payload = serde_json::to_vec(&record).map_err(ApiError::internal)?;
             let job_type_id =
                 cadenza_schemas::JobType::parse(&job_type).map_err(ApiError::internal)?;
-            let topic = state.kafka.topics().trigger(&job_type_id);
-            let key = job_id.to_string();
-            let headers = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                key: cadenza_schemas::HEADER_RECORD,
-                value: Some("cancel"),
-            });
             // Sent while the row is locked: if the broker refuses, nothing is recorded.
             state
                 .kafka
-                .producer()
-                .send(
-                    rdkafka::producer::FutureRecord::to(&topic)
-                        .partition(partition)
-                        .key(&key)
-                        .payload(&payload)
-                        .headers(headers),
-                    rdkafka::util::Timeout::After(std::time::Duration::from_secs(10)),
-                )
+                .send_cancel(&job_type_id, job_id, id, partition, &by)
                 .await
-                .map_err(|(e, _)| ApiError::from(e))?;
+                .map_err(ApiError::from)?;
             sqlx::query(sql!("triggers/cancel_requested"))
                 .bind(id)
                 .bind(&by)
@@ -588,7 +567,10 @@ fn list_by_status(status: RunStatus) -> &'static str {
         | RunStatus::Discarded
         | RunStatus::Cancelled
         | RunStatus::Lost
-        | RunStatus::Misfired => ENDED.as_str(),
+        | RunStatus::Misfired
+        // Indexed with the ended ones (triggers_status, migration 0013).
+        | RunStatus::Queued
+        | RunStatus::Skipped => ENDED.as_str(),
     }
 }
 

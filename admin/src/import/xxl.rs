@@ -795,6 +795,9 @@ fn map_row(
         alarm_webhook: None,
         alarm_emails,
         enabled,
+        concurrency_group: None,
+        priority: 0,
+        overlap: cadenza_schemas::Overlap::Allow,
     };
     if let Err(e) = spec.validate(now) {
         return Err(vec![RowError {

@@ -295,6 +295,7 @@ pub(crate) mod tests {
             requested_worker: None,
             workflow: None,
             claim: None,
+            released_at: None,
         }
     }
 

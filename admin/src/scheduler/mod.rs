@@ -22,6 +22,7 @@ pub mod lease;
 pub mod lost;
 pub mod publish;
 pub mod recover;
+pub mod release;
 pub mod scan;
 pub mod txn;
 pub mod wheel;
@@ -108,6 +109,7 @@ pub fn spawn(
     tracker.spawn(crate::workflow::scan::run(ctx.clone(), shutdown.clone()));
     tracker.spawn(recover::listen(ctx.clone(), shutdown.clone()));
     tracker.spawn(lost::LostSweeper::new(ctx.clone()).run(shutdown.clone()));
+    tracker.spawn(release::run(ctx.clone(), shutdown.clone()));
     tracker.spawn(async move {
         lease_mgr.run(shutdown.clone()).await;
         // Shutdown: stop publishing, wait for the batch in flight, then hand the shards back.

@@ -595,7 +595,7 @@ fn late_runs<'a, 'r>(
             let rule = rules.get(&r.trigger.job_id.0)?;
             let strategy: MisfireStrategy = rule.misfire.parse().ok()?;
             let threshold = chrono::Duration::milliseconds(rule.misfire_threshold_ms);
-            (strategy != MisfireStrategy::FireAll && r.trigger.fire_time < now - threshold)
+            (strategy != MisfireStrategy::FireAll && r.trigger.due_at() < now - threshold)
                 .then_some((*r, *rule))
         })
         .collect()
@@ -1218,6 +1218,7 @@ mod tests {
                     plan_gen: 0,
                     rewrite: false,
                 }),
+                released_at: None,
             },
             route,
             term: Term {

@@ -182,6 +182,8 @@ struct DueJob {
     misfire_first: Option<DateTime<Utc>>,
     misfire_last: Option<DateTime<Utc>>,
     misfire_count: i64,
+    /// Its runs are written `queued` (a concurrency group, or an overlap policy).
+    queued: bool,
 }
 
 impl DueJob {
@@ -315,7 +317,11 @@ fn expand(
             for i in 0..runs {
                 x.t_job.push(job.id);
                 x.t_kind.push(f.kind.as_str());
-                x.t_status.push(RunStatus::Scheduled.as_str());
+                x.t_status.push(if job.queued {
+                    RunStatus::Queued.as_str()
+                } else {
+                    RunStatus::Scheduled.as_str()
+                });
                 x.t_time.push(f.fire_time);
                 x.t_shard_index.push(i);
                 x.t_shard_total.push(runs);
@@ -915,6 +921,7 @@ mod tests {
             misfire_first: None,
             misfire_last: None,
             misfire_count: 0,
+            queued: false,
         }
     }
 

@@ -438,6 +438,7 @@ mod tests {
             requested_worker: None,
             workflow: None,
             claim: None,
+            released_at: None,
         }
     }
 

@@ -12,6 +12,7 @@ mod cli;
 mod console;
 mod contract;
 mod delivery_record;
+mod flow_control;
 mod frozen_admin;
 mod harness;
 mod harness_cluster;
