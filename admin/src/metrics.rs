@@ -27,6 +27,11 @@ pub struct EndedLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
     pub outcome: String,
 }
@@ -97,6 +102,12 @@ pub struct AdminMetrics {
     pub read_back_runs: Family<OutcomeLabel, Counter>,
     /// API requests, per method, route and status.
     pub api_requests: Family<ApiLabels, Counter>,
+    /// Per concurrency group released by this admin: runs waiting, slots in use, the limit.
+    pub group_queued: Family<GroupLabel, Gauge>,
+    pub group_in_flight: Family<GroupLabel, Gauge>,
+    pub group_limit: Family<GroupLabel, Gauge>,
+    /// Time from a released run's fire time to its release.
+    pub group_wait: Family<GroupLabel, Histogram, fn() -> Histogram>,
 }
 
 impl AdminMetrics {
@@ -122,6 +133,10 @@ impl AdminMetrics {
             read_backs: Family::default(),
             read_back_runs: Family::default(),
             api_requests: Family::default(),
+            group_queued: Family::default(),
+            group_in_flight: Family::default(),
+            group_limit: Family::default(),
+            group_wait: Family::new_with_constructor(latency_histogram),
         };
         registry.register(
             "triggers_published",
@@ -210,6 +225,27 @@ impl AdminMetrics {
             m.read_back_runs.clone(),
         );
         registry.register("api_requests", "HTTP API requests", m.api_requests.clone());
+        registry.register(
+            "group_queued",
+            "Runs of a concurrency group waiting for a slot (reported by the admin that releases it)",
+            m.group_queued.clone(),
+        );
+        registry.register(
+            "group_in_flight",
+            "Runs of a concurrency group in flight: the slots in use (reported by the admin that releases it)",
+            m.group_in_flight.clone(),
+        );
+        registry.register(
+            "group_limit",
+            "A concurrency group's limit (reported by the admin that releases it)",
+            m.group_limit.clone(),
+        );
+        registry.register_with_unit(
+            "group_wait",
+            "Time from a queued run's fire time to its release",
+            Unit::Seconds,
+            m.group_wait.clone(),
+        );
         AdminMetrics { registry, ..m }
     }
 

@@ -13,7 +13,8 @@ WITH dropped AS (
     DELETE FROM triggers
     WHERE job_id = $1
       AND kind IN ('cron', 'fix_rate', 'fix_delay', 'once', 'misfire')
-      AND (status = 'scheduled' OR (status = 'publishing' AND "offset" IS NULL))
+      -- A queued run is released only once due (flow/queue_head): one due later is waiting.
+      AND (status IN ('scheduled', 'queued') OR (status = 'publishing' AND "offset" IS NULL))
       AND fire_time > clock_timestamp() + make_interval(secs => $2::float8 / 1000.0)
     RETURNING fire_time, status
 ),

@@ -139,6 +139,7 @@ fn check_rate(rate: &Option<Rate>) -> ApiResult<()> {
 async fn load(conn: &mut sqlx::PgConnection, name: &str) -> ApiResult<Group> {
     let row: Option<GroupRow> = sqlx::query_as(sql!("flow/get_group"))
         .bind(name)
+        .bind(None::<Vec<i32>>)
         .fetch_optional(conn)
         .await?;
     row.map(Group::from)
@@ -224,6 +225,7 @@ pub async fn create(
 pub async fn list(state: Shared) -> ApiResult<Json<GroupList>> {
     let rows: Vec<GroupRow> = sqlx::query_as(sql!("flow/get_group"))
         .bind(None::<String>)
+        .bind(None::<Vec<i32>>)
         .fetch_all(&state.pool)
         .await?;
     Ok(Json(GroupList {

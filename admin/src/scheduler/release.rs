@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::{SchedulerContext, SchedulerError};
 use crate::flow::{self, Queued};
 use crate::ids::ShardId;
+use crate::metrics::GroupLabel;
 
 /// How often each admin looks for queued runs to release.
 pub const RELEASE_INTERVAL: Duration = Duration::from_millis(100);
@@ -137,11 +138,21 @@ pub async fn release_key(ctx: &SchedulerContext, key: &str) -> Result<Round, Sch
             cancel_in_flight(ctx, &mut tx, key, &decision.cancel_jobs, &mut ended).await?;
     }
     if !decision.release.is_empty() {
-        let released: Vec<(i64, bool)> = sqlx::query_as(sql!("flow/release"))
+        let released: Vec<(i64, bool, f64)> = sqlx::query_as(sql!("flow/release"))
             .bind(&decision.release)
             .fetch_all(&mut *tx)
             .await?;
         round.released = released.len();
+        if let Some(name) = key.strip_prefix("g:") {
+            let wait = crate::metrics::metrics()
+                .group_wait
+                .get_or_create(&GroupLabel {
+                    group: name.to_owned(),
+                });
+            for (_, _, waited) in &released {
+                wait.observe(waited.max(0.0));
+            }
+        }
         if let (Some(g), Some(name)) = (&group, key.strip_prefix("g:")) {
             if g.rate_per_second.is_some() {
                 let mut recent = g.released_recent.clone();
@@ -225,6 +236,49 @@ async fn cancel_in_flight(
     Ok(n)
 }
 
+#[derive(sqlx::FromRow)]
+struct GroupUse {
+    name: String,
+    limit: i64,
+    in_flight: i64,
+    queued: i64,
+}
+
+/// Sets the group gauges to the groups of the `held` shards, and drops those of groups this
+/// admin no longer releases (`shown`: the groups it showed last time).
+async fn report_groups(
+    ctx: &SchedulerContext,
+    held: &[i32],
+    shown: &mut Vec<String>,
+) -> Result<(), SchedulerError> {
+    let groups: Vec<GroupUse> = sqlx::query_as(sql!("flow/get_group"))
+        .bind(None::<String>)
+        .bind(held)
+        .fetch_all(&ctx.pool)
+        .await?;
+    let m = crate::metrics::metrics();
+    for name in shown.iter() {
+        if !groups.iter().any(|g| &g.name == name) {
+            let label = GroupLabel {
+                group: name.clone(),
+            };
+            m.group_queued.remove(&label);
+            m.group_in_flight.remove(&label);
+            m.group_limit.remove(&label);
+        }
+    }
+    for g in &groups {
+        let label = GroupLabel {
+            group: g.name.clone(),
+        };
+        m.group_queued.get_or_create(&label).set(g.queued);
+        m.group_in_flight.get_or_create(&label).set(g.in_flight);
+        m.group_limit.get_or_create(&label).set(g.limit);
+    }
+    *shown = groups.into_iter().map(|g| g.name).collect();
+    Ok(())
+}
+
 /// One round over the queue keys of the held shards that have a queued run due.
 pub async fn run_once(ctx: &SchedulerContext) -> Result<Round, SchedulerError> {
     let held = ShardId::to_db_all(&ctx.leases.held_shards());
@@ -246,10 +300,32 @@ pub async fn run_once(ctx: &SchedulerContext) -> Result<Round, SchedulerError> {
     Ok(total)
 }
 
-/// Releases every [`RELEASE_INTERVAL`] until `shutdown`.
+/// How often the group gauges are brought up to date.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// Releases every [`RELEASE_INTERVAL`] until `shutdown`; reports the groups' use every
+/// [`REPORT_EVERY`].
 pub async fn run(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
-    crate::every(RELEASE_INTERVAL, shutdown, "queue release", || async {
-        run_once(&ctx).await.map(drop)
+    let shown = Arc::new(tokio::sync::Mutex::new(Vec::new()));
+    let last = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
+    crate::every(RELEASE_INTERVAL, shutdown, "queue release", || {
+        let (ctx, shown, last) = (ctx.clone(), shown.clone(), last.clone());
+        async move {
+            run_once(&ctx).await?;
+            let due = {
+                let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+                let due = last.elapsed() >= REPORT_EVERY;
+                if due {
+                    *last = std::time::Instant::now();
+                }
+                due
+            };
+            if due {
+                let held = ShardId::to_db_all(&ctx.leases.held_shards());
+                report_groups(&ctx, &held, &mut *shown.lock().await).await?;
+            }
+            Ok::<(), SchedulerError>(())
+        }
     })
     .await;
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use cadenza_integration::scenario::{create_job, quiesce, time};
-use cadenza_integration::{ApiClient, Cluster, StatusCode};
+use cadenza_integration::{AdminHandle, ApiClient, Cluster, StatusCode, WorkerHandle};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -71,20 +71,7 @@ async fn a_group_of_limit_two_runs_thirty_runs_on_three_workers_two_at_a_time_by
             priority,
         ));
     }
-    let mut workers = Vec::new();
-    for _ in 0..3 {
-        workers.push(
-            cluster
-                .spawn_worker(&format!("{JOB_TYPE}=sleep"), "flow", &[])
-                .await
-                .unwrap(),
-        );
-    }
-    for w in &workers {
-        w.wait_for_log(&format!(".trigger.{JOB_TYPE}["), Duration::from_secs(60))
-            .await
-            .unwrap();
-    }
+    let _workers = sleep_workers(&cluster, 3).await;
     for (job, _) in &jobs {
         for _ in 0..10 {
             let (status, body) = api
@@ -151,6 +138,17 @@ async fn a_group_of_limit_two_runs_thirty_runs_on_three_workers_two_at_a_time_by
         (Some(0), Some(0)),
         "{g}"
     );
+    // The admin that releases the group reports it: its limit, and a wait per released run.
+    let (_, text) = api.get_text("/metrics").await.unwrap();
+    assert!(
+        text.contains("cadenza_group_limit{group=\"warehouse\"} 2"),
+        "{text}"
+    );
+    let waits = text
+        .lines()
+        .find_map(|l| l.strip_prefix("cadenza_group_wait_seconds_count{group=\"warehouse\"} "))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert_eq!(waits, Some(30), "{text}");
     // A group with jobs cannot be deleted; once they left it, it can.
     let (status, body) = api
         .delete("/api/concurrency-groups/warehouse")
@@ -247,5 +245,275 @@ async fn the_group_api_refuses_what_it_cannot_hold() {
         actions,
         ["group.update", "group.update", "group.create"],
         "{audit}"
+    );
+}
+
+/// An admin and `n` workers serving `JOB_TYPE` with `sleep`, each holding its partitions.
+async fn cluster_with_workers(n: usize) -> (Cluster, AdminHandle, Vec<WorkerHandle>) {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    // The topic exists before the workers subscribe.
+    create_job(
+        &admin.api(),
+        json!({"name": "topic", "job_type": JOB_TYPE, "schedule": {"kind": "none"}}),
+    )
+    .await;
+    let workers = sleep_workers(&cluster, n).await;
+    (cluster, admin, workers)
+}
+
+/// `n` workers serving `JOB_TYPE` with `sleep`, once each holds partitions of its topic.
+async fn sleep_workers(cluster: &Cluster, n: usize) -> Vec<WorkerHandle> {
+    let mut workers = Vec::new();
+    for _ in 0..n {
+        workers.push(
+            cluster
+                .spawn_worker(&format!("{JOB_TYPE}=sleep"), "flow", &[])
+                .await
+                .unwrap(),
+        );
+    }
+    for w in &workers {
+        w.wait_for_log(&format!(".trigger.{JOB_TYPE}["), Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    workers
+}
+
+#[tokio::test]
+async fn a_rate_of_five_a_second_spreads_fifty_starts_so_no_second_holds_more_than_five() {
+    let (_cluster, admin, _workers) = cluster_with_workers(2).await;
+    let api = &admin.api();
+    let (status, g) = post(
+        api,
+        "/api/concurrency-groups",
+        json!({"name": "paced", "limit": 100, "rate": {"per_second": 5, "burst": 0}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{g}");
+    let job = create_job(
+        api,
+        json!({"name": "paced", "job_type": JOB_TYPE, "params": "10",
+               "schedule": {"kind": "none"}, "concurrency_group": "paced"}),
+    )
+    .await;
+    for _ in 0..50 {
+        let (status, body) = api
+            .post_empty(&format!("/api/jobs/{job}/trigger"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    let runs = quiesce(api, &[job], Duration::from_secs(120)).await;
+    assert_eq!(runs.len(), 50);
+    assert!(runs.iter().all(|r| r["status"] == "succeeded"), "{runs:?}");
+    let mut starts: Vec<DateTime<Utc>> = runs.iter().map(|r| time(&r["started_at"])).collect();
+    starts.sort();
+    for (i, s) in starts.iter().enumerate() {
+        let within = starts[i..]
+            .iter()
+            .take_while(|t| **t - *s < chrono::Duration::seconds(1))
+            .count();
+        assert!(
+            within <= 5,
+            "{within} starts in the second from {s}: {starts:?}"
+        );
+    }
+    // Spread, not trickled: at least 3 starts a second over the 50 (the rate held over time is
+    // below 5 a second: releases are counted over 1.2 s, in rounds 100 ms apart).
+    let took = (starts[49] - starts[0]).num_milliseconds();
+    assert!((8_000..16_500).contains(&took), "50 starts took {took} ms");
+}
+
+/// A job of `overlap`, firing every `every_ms` and running `run_ms`, routed `round` over three
+/// workers, enabled for `secs`; its runs once all ended.
+async fn overlap_scenario(overlap: &str, every_ms: u64, run_ms: u64, secs: u64) -> Vec<Value> {
+    let (_cluster, admin, _workers) = cluster_with_workers(3).await;
+    let api = &admin.api();
+    let job = create_job(
+        api,
+        json!({"name": overlap, "job_type": JOB_TYPE, "params": run_ms.to_string(),
+               "schedule": {"kind": "fix_rate", "every_ms": every_ms}, "route": "round",
+               "overlap": overlap, "misfire_threshold_ms": 60000}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let (status, body) = api
+        .patch_json(&format!("/api/jobs/{job}"), &json!({"enabled": false}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let runs = quiesce(api, &[job], Duration::from_secs(120)).await;
+    for r in &runs {
+        eprintln!(
+            "run {} {} fire {} started {} finished {} on {} {}",
+            r["id"],
+            r["status"],
+            r["fire_time"],
+            r["started_at"],
+            r["finished_at"],
+            r["worker_id"],
+            r["message"]
+        );
+    }
+    runs
+}
+
+fn started(runs: &[Value]) -> Vec<&Value> {
+    runs.iter().filter(|r| !r["started_at"].is_null()).collect()
+}
+
+#[tokio::test]
+async fn overlap_skip_never_runs_a_job_twice_at_once_across_workers_and_records_the_skipped_fires()
+{
+    let runs = overlap_scenario("skip", 1000, 3000, 10).await;
+    let ran = started(&runs);
+    assert!(ran.len() >= 2, "{runs:?}");
+    assert_eq!(most_at_once(&ran), 1, "two runs of the job at once");
+    let skipped: Vec<&Value> = runs.iter().filter(|r| r["status"] == "skipped").collect();
+    assert!(skipped.len() >= 4, "{runs:?}");
+    for r in &skipped {
+        assert!(r["started_at"].is_null(), "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("overlap policy skip"),
+            "{r}"
+        );
+    }
+    // Round routing spread the runs that did go over more than one worker.
+    let workers: std::collections::BTreeSet<&str> =
+        ran.iter().filter_map(|r| r["worker_id"].as_str()).collect();
+    assert!(workers.len() > 1, "{workers:?}");
+}
+
+#[tokio::test]
+async fn overlap_buffer_one_keeps_one_fire_waiting_and_skips_the_rest() {
+    let runs = overlap_scenario("buffer_one", 1000, 2500, 10).await;
+    let ran = started(&runs);
+    assert_eq!(most_at_once(&ran), 1, "two runs of the job at once");
+    assert!(ran.iter().all(|r| r["status"] == "succeeded"), "{runs:?}");
+    let skipped: Vec<&Value> = runs.iter().filter(|r| r["status"] == "skipped").collect();
+    assert!(!skipped.is_empty(), "{runs:?}");
+    assert!(skipped
+        .iter()
+        .all(|r| r["message"].as_str().unwrap().contains("buffer_one")));
+    // The buffered fire starts as soon as the one before it ended: one after another, no gap
+    // longer than the release round, publication and pickup.
+    let mut spans: Vec<_> = ran
+        .iter()
+        .map(|r| (time(&r["started_at"]), time(&r["finished_at"])))
+        .collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        let gap = (w[1].0 - w[0].1).num_milliseconds();
+        assert!(gap < 2000, "{gap} ms between runs: {w:?}");
+    }
+}
+
+#[tokio::test]
+async fn overlap_cancel_other_cancels_the_run_in_flight_for_the_newest_fire() {
+    let runs = overlap_scenario("cancel_other", 2000, 5000, 9).await;
+    let ran = started(&runs);
+    assert_eq!(most_at_once(&ran), 1, "two runs of the job at once");
+    let cancelled: Vec<&Value> = ran
+        .iter()
+        .copied()
+        .filter(|r| r["status"] == "cancelled")
+        .collect();
+    assert!(cancelled.len() >= 2, "{runs:?}");
+    for r in &cancelled {
+        // Cut short by the next fire, before its 5 s.
+        let (s, f) = (time(&r["started_at"]), time(&r["finished_at"]));
+        assert!((f - s).num_milliseconds() < 4_500, "{r}");
+    }
+}
+
+#[tokio::test]
+async fn admins_killed_while_a_limited_group_runs_five_hundred_runs_never_exceed_its_limit_nor_leak_a_slot(
+) {
+    let total: usize = std::env::var("CADENZA_FLOW_CHAOS_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
+    const LIMIT: usize = 10;
+    let cluster = Cluster::start().await.unwrap();
+    let env = [
+        ("CADENZA_LEASE_TTL_MS", "3000"),
+        ("CADENZA_LEASE_RENEW_MS", "500"),
+        ("CADENZA_LEASE_MARGIN_MS", "1000"),
+    ];
+    let mut admins = [
+        cluster.spawn_admin(&env).await.unwrap(),
+        cluster.spawn_admin(&env).await.unwrap(),
+    ];
+    let api = admins[0].api();
+    let (status, g) = post(
+        &api,
+        "/api/concurrency-groups",
+        json!({"name": "chaos", "limit": LIMIT}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{g}");
+    let mut jobs = Vec::new();
+    for (i, priority) in [0, 1].iter().enumerate() {
+        jobs.push(
+            create_job(
+                &api,
+                json!({"name": format!("chaos {i}"), "job_type": JOB_TYPE, "params": "20",
+                       "schedule": {"kind": "none"}, "concurrency_group": "chaos",
+                       "priority": priority}),
+            )
+            .await,
+        );
+    }
+    let _workers = sleep_workers(&cluster, 3).await;
+    for i in 0..total {
+        let job = jobs[i % jobs.len()];
+        let (status, body) = api
+            .post_empty(&format!("/api/jobs/{job}/trigger"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    // For 20 s, kill an admin every 2 to 4 s while the queue drains; the other (or its
+    // replacement) takes its shards over.
+    let started = std::time::Instant::now();
+    let mut kills = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(2000 + (kills % 3) * 1000)).await;
+        let victim = kills as usize % 2;
+        admins[victim].kill_9().unwrap();
+        admins[victim] = cluster.spawn_admin(&env).await.unwrap();
+        kills += 1;
+    }
+    let (_, g) = admins[0]
+        .api()
+        .get_json("/api/concurrency-groups/chaos")
+        .await
+        .unwrap();
+    assert!(
+        g["queued"].as_i64().unwrap() > 0,
+        "the queue drained before the kills ended: {g}"
+    );
+    eprintln!("{kills} admins killed in {:?}", started.elapsed());
+    let api = admins[0].api();
+    let runs = quiesce(&api, &jobs, Duration::from_secs(180)).await;
+    assert_eq!(runs.len(), total);
+    let not_ok: Vec<&Value> = runs.iter().filter(|r| r["status"] != "succeeded").collect();
+    assert!(not_ok.is_empty(), "every run succeeded: {not_ok:?}");
+    let all: Vec<&Value> = runs.iter().collect();
+    let most = most_at_once(&all);
+    assert!(
+        most <= LIMIT,
+        "{most} runs at once, over the limit of {LIMIT}"
+    );
+    let (_, g) = api.get_json("/api/concurrency-groups/chaos").await.unwrap();
+    assert_eq!(
+        (g["in_flight"].as_i64(), g["queued"].as_i64()),
+        (Some(0), Some(0)),
+        "no slot leaked: {g}"
     );
 }
