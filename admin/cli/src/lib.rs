@@ -6,6 +6,7 @@
 
 mod client;
 mod files;
+mod groups;
 mod import;
 mod replay;
 mod workflows;
@@ -58,6 +59,9 @@ enum Command {
     /// Workflows (graphs of jobs) and their runs.
     #[command(subcommand)]
     Workflows(workflows::WorkflowsCmd),
+    /// Concurrency groups: cluster-wide limits and rates for the runs of their jobs.
+    #[command(subcommand)]
+    Groups(groups::GroupsCmd),
     /// Live and recently seen workers.
     Workers,
     /// Re-run triggers read back from a job type's topic.
@@ -267,6 +271,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Jobs(cmd) => jobs(&client, &out, cmd).await,
         Command::Runs(cmd) => runs(&client, &out, cmd).await,
         Command::Workflows(cmd) => workflows::run(&client, &out, cmd).await,
+        Command::Groups(cmd) => groups::run(&client, &out, cmd).await,
         Command::Workers => {
             let v = client.get("/api/workers").await?;
             out.table(&v, &v["workers"], &WORKER_COLUMNS)?;

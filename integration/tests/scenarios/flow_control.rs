@@ -517,3 +517,72 @@ async fn admins_killed_while_a_limited_group_runs_five_hundred_runs_never_exceed
         "no slot leaked: {g}"
     );
 }
+
+#[tokio::test]
+async fn the_cli_creates_changes_lists_and_deletes_groups() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let home = cluster.dir().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let url = admin.base_url().to_owned();
+    let env = [
+        ("CADENZA_URL", url.as_str()),
+        ("CADENZA_API_TOKEN", cluster.token()),
+    ];
+    // `cadenza` with the words of `line`.
+    let cli = |line: &'static str| {
+        let (home, env) = (home.clone(), env);
+        async move {
+            let args: Vec<&str> = line.split_whitespace().collect();
+            cadenza_integration::run_cli(&home, &env, &args)
+                .await
+                .unwrap()
+        }
+    };
+    let out = cli("groups create warehouse --limit 3 --rate 5").await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("created concurrency group warehouse (limit 3)"),
+        "{}",
+        out.stdout
+    );
+    let out = cli("groups update warehouse --limit 4 --no-rate --json").await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let g = out.json();
+    assert_eq!(
+        (g["limit"].as_i64(), g["rate"].is_null()),
+        (Some(4), true),
+        "{g}"
+    );
+    let out = cli("groups list").await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let row = out
+        .stdout
+        .lines()
+        .find(|l| l.contains("warehouse"))
+        .unwrap_or_default();
+    assert!(row.split_whitespace().nth(1) == Some("4"), "{}", out.stdout);
+    // Errors name what is wrong: a flag missing, a group that does not exist, a bad limit.
+    let out = cli("groups update warehouse").await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--limit, --rate or --no-rate"),
+        "{}",
+        out.stderr
+    );
+    let out = cli("groups show nowhere").await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("not_found") || out.stderr.contains("no concurrency group"),
+        "{}",
+        out.stderr
+    );
+    let out = cli("groups create other --limit 0").await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(out.stderr.contains("limit"), "{}", out.stderr);
+    let out = cli("groups delete warehouse").await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let out = cli("groups list --json").await;
+    assert_eq!(out.json()["groups"], serde_json::json!([]));
+}
