@@ -2,31 +2,13 @@
 // (create, change role, patterns or password, delete) and everyone's tokens.
 
 import { api, query } from "./api.js";
-import { badge, clearErrors, field, fieldError, h, notice, show, table, time } from "./ui.js";
+import { apiForm, badge, field, h, notice, show, table, time } from "./ui.js";
 
 const list = (v) =>
   v
     .split(/[,\s]+/)
     .map((x) => x.trim())
     .filter(Boolean);
-
-/** A form whose submit sends `body()` with `send` and shows the API's errors at their fields. */
-function apiForm(attrs, children, body, send) {
-  const status = h("div");
-  // The API's checks and messages, at their fields, rather than the browser's.
-  const form = h("form", { ...attrs, novalidate: true, onsubmit: submit }, children, status);
-  async function submit(ev) {
-    ev.preventDefault();
-    clearErrors(form);
-    status.replaceChildren();
-    try {
-      await send(body(), status);
-    } catch (e) {
-      if (!(e.field && fieldError(form, e.field, e.message))) status.replaceChildren(notice(e.message));
-    }
-  }
-  return form;
-}
 
 function tokensSection(me, tokens, reload, shown) {
   const name = h("input", { required: true, maxlength: 100, placeholder: "ci, grafana, …" });

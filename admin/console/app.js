@@ -1,7 +1,7 @@
 // The Cadenza console: a small single-page app over the admin's HTTP API (the same API, rules and
 // audit as the CLI). Hash routes: #/dashboard, #/jobs, #/jobs/new, #/jobs/{id}, #/jobs/{id}/edit, #/runs,
-// #/runs/{id}, #/workflows, #/workflows/{id}, #/workflow-runs/{id}, #/workers, #/replay, #/alarms,
-// #/audit, #/access.
+// #/runs/{id}, #/workflows, #/workflows/{id}, #/workflow-runs/{id}, #/groups, #/groups/{name},
+// #/workers, #/replay, #/alarms, #/audit, #/access.
 
 import { api, ApiError, onSignedOut, query, rememberCsrf } from "./api.js";
 import { badge, clearErrors, duration, fact, field, fieldError, h, localInput, notice, scheduleText, show, table, time } from "./ui.js";
@@ -11,6 +11,7 @@ import { alarmsPage, auditPage } from "./records.js";
 import { replayPage } from "./replay.js";
 import { accessPage } from "./access.js";
 import { workflowPage, workflowRunPage, workflowsPage } from "./workflows.js";
+import { groupPage, groupsPage } from "./groups.js";
 
 /** Who is signed in (GET /api/session), or null. */
 let me = null;
@@ -33,6 +34,14 @@ const routes = [
     /^#\/workflow-runs\/(\d+)$/,
     (id) =>
       workflowRunPage(id, canWrite(), (stop) => {
+        stopPage = stop;
+      }),
+  ],
+  [/^#\/groups$/, () => groupsPage(canWrite())],
+  [
+    /^#\/groups\/([^/?]+)$/,
+    (name) =>
+      groupPage(decodeURIComponent(name), canWrite(), (stop) => {
         stopPage = stop;
       }),
   ],
@@ -276,6 +285,12 @@ async function jobPage(id) {
       fact("Schedule", scheduleText(job.schedule)),
       fact("Next fire", time(job.next_fire_at)),
       fact("Route / block", `${job.route} / ${job.block}`),
+      fact(
+        "Flow control",
+        job.concurrency_group
+          ? ["group ", h("a", { href: `#/groups/${encodeURIComponent(job.concurrency_group)}` }, job.concurrency_group), `, priority ${job.priority}, overlap ${job.overlap}`]
+          : `no group, overlap ${job.overlap}`,
+      ),
       fact("Misfire", `${job.misfire} after ${duration(job.misfire_threshold_ms)}`),
       fact("Timeout", job.timeout_ms ? duration(job.timeout_ms) : "none"),
       fact("Retries", job.retries ? `${job.retries}, ${job.retry_backoff} backoff from ${duration(job.retry_backoff_ms)}` : "none"),
@@ -362,8 +377,8 @@ async function jobEditPage(id) {
 
 // --- runs -----------------------------------------------------------------------------------
 
-const RUN_STATUSES = ["scheduled", "publishing", "published", "running", "succeeded", "failed", "timed_out", "cancelled", "discarded", "lost", "misfired"];
-const RUN_KINDS = ["cron", "fix_rate", "fix_delay", "once", "manual", "api", "retry", "child", "replay", "misfire"];
+const RUN_STATUSES = ["queued", "scheduled", "publishing", "published", "running", "succeeded", "failed", "timed_out", "cancelled", "discarded", "lost", "misfired", "skipped"];
+const RUN_KINDS = ["cron", "fix_rate", "fix_delay", "once", "manual", "api", "retry", "child", "replay", "misfire", "workflow"];
 
 function runsTable(runs) {
   return table(
@@ -429,10 +444,10 @@ async function runsPage() {
   );
 }
 
-const ENDED = new Set(["succeeded", "failed", "timed_out", "cancelled", "discarded", "lost", "misfired"]);
+const ENDED = new Set(["succeeded", "failed", "timed_out", "cancelled", "discarded", "lost", "misfired", "skipped"]);
 
 /** Statuses a run can be cancelled in (publishing: wait a moment). */
-const CANCELLABLE = new Set(["scheduled", "publishing", "published", "running"]);
+const CANCELLABLE = new Set(["queued", "scheduled", "publishing", "published", "running"]);
 
 async function runPage(id) {
   const run = await api("GET", `/api/triggers/${id}`);
@@ -476,6 +491,7 @@ async function runPage(id) {
       fact("Job", h("a", { href: `#/jobs/${run.job_id}` }, `${run.job_id} (${run.job_type})`)),
       fact("Kind", run.kind),
       fact("Fire time", time(run.fire_time)),
+      run.place_in_line ? fact("Place in line", String(run.place_in_line)) : null,
       fact("Published", time(run.published_at)),
       fact("Started", time(run.started_at)),
       fact("Finished", time(run.finished_at)),

@@ -38,9 +38,10 @@ function number(value, attrs = {}) {
 
 /** A job form for `job` (null: a new job); `save(body)` sends it and may throw the API's error. */
 export async function jobForm(job, save) {
-  const [routes, blocks, misfires, backoffs] = await Promise.all(
-    ["RouteStrategy", "BlockStrategy", "MisfireStrategy", "Backoff"].map(choices),
+  const [routes, blocks, misfires, backoffs, overlaps] = await Promise.all(
+    ["RouteStrategy", "BlockStrategy", "MisfireStrategy", "Backoff", "Overlap"].map(choices),
   );
+  const { groups } = await api("GET", "/api/concurrency-groups");
   const j = job || {
     name: "",
     job_type: "",
@@ -59,6 +60,9 @@ export async function jobForm(job, save) {
     alarm_webhook: null,
     alarm_emails: [],
     enabled: true,
+    concurrency_group: null,
+    priority: 0,
+    overlap: "allow",
   };
   const s = j.schedule;
   const inputs = {
@@ -88,6 +92,12 @@ export async function jobForm(job, save) {
     alarm_webhook: h("input", { type: "url", value: j.alarm_webhook || "", placeholder: "https://…" }),
     alarm_emails: h("input", { value: j.alarm_emails.join(", "), placeholder: "ops@example.com, …" }),
     enabled: h("input", { type: "checkbox", checked: j.enabled }),
+    concurrency_group: select(
+      [["", "none"], ...groups.map((g) => [g.name, `${g.name} (limit ${g.limit})`])],
+      j.concurrency_group || "",
+    ),
+    priority: number(j.priority, { min: -1000, max: 1000 }),
+    overlap: select(overlaps, j.overlap),
   };
   const preview = h("div", { class: "preview", "aria-live": "polite" });
   const zones = h("datalist", { id: "zones" }, (Intl.supportedValuesOf ? Intl.supportedValuesOf("timeZone") : []).map((z) => h("option", { value: z })));
@@ -175,6 +185,9 @@ export async function jobForm(job, save) {
       alarm_webhook: inputs.alarm_webhook.value || null,
       alarm_emails: list(inputs.alarm_emails.value),
       enabled: inputs.enabled.checked,
+      concurrency_group: inputs.concurrency_group.value || null,
+      priority: Number(inputs.priority.value || 0),
+      overlap: inputs.overlap.value,
     };
     return b;
   }
@@ -207,6 +220,14 @@ export async function jobForm(job, save) {
       field("Backoff", "retry_backoff", inputs.retry_backoff),
       field("Longest backoff (ms)", "retry_backoff_max_ms", inputs.retry_backoff_max_ms),
       field("Children", "children", inputs.children, "Jobs fired when a run succeeds."),
+    ),
+    h(
+      "fieldset",
+      {},
+      h("legend", {}, "Flow control"),
+      field("Concurrency group", "concurrency_group", inputs.concurrency_group, "Its runs take the group's slots; over its limit they wait queued."),
+      field("Priority", "priority", inputs.priority, "In the group's queue, higher goes first (−1000 to 1000)."),
+      field("Overlap", "overlap", inputs.overlap, "A fire while a run of this job is in flight anywhere: allow, skip it, keep one (buffer_one) or all waiting, or cancel the running one."),
     ),
     h(
       "fieldset",

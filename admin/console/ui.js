@@ -180,3 +180,21 @@ export function elapsed(ms) {
   if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
+
+/** A form whose submit sends `body()` with `send` and shows the API's errors at their fields. */
+export function apiForm(attrs, children, body, send) {
+  const status = h("div");
+  // The API's checks and messages, at their fields, rather than the browser's.
+  const form = h("form", { ...attrs, novalidate: true, onsubmit: submit }, children, status);
+  async function submit(ev) {
+    ev.preventDefault();
+    clearErrors(form);
+    status.replaceChildren();
+    try {
+      await send(body(), status);
+    } catch (e) {
+      if (!(e.field && fieldError(form, e.field, e.message))) status.replaceChildren(notice(e.message));
+    }
+  }
+  return form;
+}

@@ -30,6 +30,7 @@ const FILES: &[(&str, &str, &str)] = &[
     embed!("access.js", "text/javascript; charset=utf-8"),
     embed!("workflows.js", "text/javascript; charset=utf-8"),
     embed!("dag.js", "text/javascript; charset=utf-8"),
+    embed!("groups.js", "text/javascript; charset=utf-8"),
 ];
 
 /// Only the console's own files run and are fetched; it is never framed.

@@ -304,6 +304,64 @@ try {
     assert.equal(after.status, 401, "a revoked token is refused");
   });
 
+  await check("a concurrency group holds a job to its limit; queued runs show their place in line", async () => {
+    await page.getByRole("link", { name: "Groups", exact: true }).click();
+    await page.getByRole("heading", { name: "Concurrency groups" }).waitFor();
+    await page.getByLabel("Name", { exact: true }).fill("warehouse");
+    await page.getByLabel("Limit").fill("0");
+    await page.getByRole("button", { name: "Create group" }).click();
+    await page.locator('[data-field="limit"] .field-error').filter({ hasText: /between 1 and/ }).waitFor();
+    await page.getByLabel("Limit").fill("1");
+    await page.getByRole("button", { name: "Create group" }).click();
+    await page.getByRole("heading", { name: "Group warehouse" }).waitFor();
+    // A job joins it in the job form.
+    await page.goto(`${base}/#/jobs/new`);
+    await page.getByLabel("Name", { exact: true }).fill("console grouped");
+    await page.getByLabel("Job type").fill(jobType);
+    await page.getByLabel("Kind").selectOption("none");
+    await page.getByLabel("Concurrency group").selectOption("warehouse");
+    await page.getByLabel("Priority").fill("5");
+    await page.getByRole("button", { name: "Create job" }).click();
+    await page.getByRole("heading", { name: "console grouped" }).waitFor();
+    await page.getByText("group warehouse, priority 5, overlap allow").waitFor();
+    const groupedUrl = page.url();
+    // Three runs at once: one runs, two wait their turn.
+    const runs = [];
+    for (let i = 0; i < 3; i++) {
+      await page.goto(groupedUrl);
+      await page.getByLabel("Params for this run").fill("echo grouped; sleep 60");
+      await page.getByRole("button", { name: "Run now" }).click();
+      await page.getByRole("heading", { name: /^Run \d+/ }).waitFor();
+      runs.push(page.url());
+    }
+    await page.locator("#view h1 .badge").filter({ hasText: "queued" }).waitFor();
+    const facts = page.locator(".facts");
+    await facts.getByText("Place in line").waitFor();
+    assert.equal(await facts.locator("dt:has-text('Place in line') + dd").textContent(), "2");
+    await page.locator(".facts").getByText(/waits for a slot of concurrency group warehouse \(1 of 1 in use\); 2nd in line/).waitFor();
+    await shot(page, "run-queued");
+    await page.getByRole("link", { name: "Groups", exact: true }).click();
+    await page.getByRole("cell", { name: "1 of 1" }).waitFor();
+    await shot(page, "groups");
+    await page.getByRole("link", { name: "warehouse" }).click();
+    await page.getByRole("heading", { name: "Queue" }).waitFor();
+    await page.getByText("1 of 1").first().waitFor();
+    const places = page.locator("main table tbody tr td:first-child");
+    await places.nth(1).waitFor();
+    assert.deepEqual(await places.allTextContents(), ["1", "2"]);
+    await shot(page, "group");
+    // The queued runs are cancelled from their pages; then the running one.
+    for (const url of [runs[2], runs[1], runs[0]]) {
+      await page.goto(url);
+      await page.getByRole("heading", { name: /^Run \d+/ }).waitFor();
+      page.once("dialog", (d) => d.accept());
+      await page.getByRole("button", { name: "Cancel run" }).click();
+      await page.locator("#view h1 .badge").filter({ hasText: "cancelled" }).waitFor({ timeout: 30_000 });
+    }
+    await page.goto(`${base}/#/groups/warehouse`);
+    await page.getByText("No run waits.").waitFor();
+  });
+
   await check("a viewer sees no write buttons", async () => {
     const viewer = await newPage();
     await signIn(viewer, env("CADENZA_VIEWER_USER"), env("CADENZA_VIEWER_PASSWORD"));
@@ -317,6 +375,12 @@ try {
       assert.equal(await viewer.getByRole("button", { name, exact: true }).count(), 0, name);
       assert.equal(await viewer.getByRole("link", { name, exact: true }).count(), 0, name);
     }
+    await viewer.goto(`${base}/#/groups/warehouse`);
+    await viewer.getByRole("heading", { name: "Queue" }).waitFor();
+    for (const name of ["Delete", "Save"]) assert.equal(await viewer.getByRole("button", { name, exact: true }).count(), 0, name);
+    await viewer.goto(`${base}/#/groups`);
+    await viewer.getByRole("heading", { name: "Concurrency groups" }).waitFor();
+    assert.equal(await viewer.getByRole("button", { name: "Create group" }).count(), 0);
     await viewer.close();
   });
 
@@ -516,6 +580,8 @@ try {
         ["#/jobs/new", "New job"],
         ["#/runs", "Runs"],
         ["#/workers", "Workers"],
+        ["#/groups", "Concurrency groups"],
+        ["#/groups/warehouse", "Queue"],
         ["#/replay", "Replay"],
         ["#/alarms", "Alarms"],
         ["#/audit", "Audit"],

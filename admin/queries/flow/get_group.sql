@@ -2,7 +2,7 @@
 -- slots in use, its queue and its jobs.
 SELECT g.name, g."limit"::bigint AS "limit", g.rate_per_second, g.rate_burst::bigint AS rate_burst,
        (SELECT count(*) FROM triggers t
-        WHERE t.queue_key = 'g:' || g.name AND t.status IN ('scheduled', 'publishing', 'running'))
+        WHERE t.queue_key = 'g:' || g.name AND t.status IN ('scheduled', 'publishing', 'published', 'running'))
            AS in_flight,
        (SELECT count(*) FROM triggers t WHERE t.queue_key = 'g:' || g.name AND t.status = 'queued')
            AS queued,

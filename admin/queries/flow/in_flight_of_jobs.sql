@@ -7,6 +7,6 @@ LEFT JOIN LATERAL (
     SELECT * FROM cadenza_delivery(t.id) WHERE t.status = 'publishing' OFFSET 0
 ) d ON TRUE
 WHERE t.queue_key = $2 AND t.job_id = ANY($1::bigint[])
-  AND t.status IN ('scheduled', 'publishing', 'running')
+  AND t.status IN ('scheduled', 'publishing', 'published', 'running')
   AND t.cancel_requested_at IS NULL
 FOR UPDATE OF t

@@ -303,14 +303,25 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Parses a JSON request body into `T`, naming the field at fault.
+/// Parses a JSON request body into `T`, naming the field at fault. Every body the API takes is
+/// a JSON object: an array is refused, though serde would take one for a struct (its fields in
+/// order), which the API does not document.
 pub fn parse_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(|b| b.is_ascii_whitespace()) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::MalformedJson,
-            "the request body is empty; send a JSON object",
-        ));
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::MalformedJson,
+                "the request body is empty; send a JSON object",
+            ))
+        }
+        Some(b'[') => {
+            return Err(ApiError::invalid(
+                "body",
+                "must be a JSON object, not an array",
+            ))
+        }
+        Some(_) => {}
     }
     let de = &mut serde_json::Deserializer::from_slice(body);
     let parsed = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -410,6 +421,11 @@ mod tests {
         let e = parse_body::<JobSpec>(br#"{"name":"n","job_type":"a","schedule":{"kind":"cron"}}"#)
             .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("schedule.expr"));
+        let e = parse_body::<JobSpec>(br#" ["n", "a"]"#).unwrap_err();
+        assert_eq!(
+            (e.field.as_deref(), e.code),
+            (Some("body"), ErrorCode::InvalidField)
+        );
         let e = parse_body::<JobSpec>(b"").unwrap_err();
         assert_eq!(e.code, "malformed_json");
     }

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{parse_body, ApiError, ApiResult, ErrorBody, ErrorCode, Shared};
+use super::{parse_body, parse_limit, ApiError, ApiResult, ErrorBody, ErrorCode, Params, Shared};
 use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
 use crate::flow::{check_group_name, MAX_LIMIT};
@@ -96,16 +96,6 @@ impl From<GroupRow> for Group {
     }
 }
 
-/// The body as `T`, which must be written as a JSON object (serde would also take an array of
-/// the fields in order, which the API does not document).
-fn parse_object<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    let value: Value = parse_body(body)?;
-    if !value.is_object() {
-        return Err(ApiError::invalid("body", "must be a JSON object"));
-    }
-    parse_body(body)
-}
-
 fn check_limit(limit: i64) -> ApiResult<()> {
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ApiError::invalid(
@@ -182,7 +172,7 @@ pub async fn create(
     Extension(p): Extension<Principal>,
     body: Bytes,
 ) -> ApiResult<(StatusCode, Json<Group>)> {
-    let spec: GroupSpec = parse_object(&body)?;
+    let spec: GroupSpec = parse_body(&body)?;
     check_group_name("name", &spec.name)?;
     check_limit(spec.limit)?;
     check_rate(&spec.rate)?;
@@ -253,6 +243,66 @@ pub async fn get(state: Shared, Path(name): Path<String>) -> ApiResult<Json<Grou
     Ok(Json(load(&mut conn, &name).await?))
 }
 
+/// A queued run of a group, in release order.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct QueuedRun {
+    /// Its place in line (1: released next), counting every queued run of the group; none
+    /// for a run whose fire time has not come (it joins the line then).
+    place: Option<i64>,
+    /// The run (`GET /api/triggers/{id}`).
+    id: i64,
+    job_id: i64,
+    job_name: String,
+    job_type: String,
+    /// Its job's priority when it was written (higher first).
+    priority: i32,
+    fire_time: DateTime<Utc>,
+}
+
+/// The queue of a group.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct GroupQueue {
+    /// The group as it is now (slots in use, queued runs in all).
+    group: Group,
+    /// Its queued runs the caller may see, in release order: the due ones first, by place.
+    runs: Vec<QueuedRun>,
+}
+
+/// How many queued runs to list.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // read by `Params`
+pub struct QueueQuery {
+    /// Runs to list, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<i64>,
+}
+
+/// A group's queued runs in the order they will be released, with their place in line.
+#[utoipa::path(get, path = "/concurrency-groups/{name}/queue", tag = "flow control",
+    params(GroupName, QueueQuery),
+    responses(
+        (status = 200, description = "The group and its queue.", body = GroupQueue),
+        (status = 404, description = "No such group (`not_found`).", body = ErrorBody),
+    ))]
+pub async fn queue(
+    state: Shared,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    Params(q): Params,
+) -> ApiResult<Json<GroupQueue>> {
+    let limit = parse_limit(q.get("limit"))?;
+    let mut conn = state.pool.acquire().await?;
+    let group = load(&mut conn, &name).await?;
+    let runs = sqlx::query_as(sql!("flow/queue"))
+        .bind(&name)
+        .bind(limit)
+        .bind(p.visible_like())
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(Json(GroupQueue { group, runs }))
+}
+
 /// The fields of a group to change.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -285,7 +335,7 @@ pub async fn update(
     Path(name): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Group>> {
-    let patch: GroupPatch = parse_object(&body)?;
+    let patch: GroupPatch = parse_body(&body)?;
     let mut tx = state.pool.begin().await?;
     let before = load(&mut tx, &name).await?;
     require_members(&mut tx, &p, &name).await?;

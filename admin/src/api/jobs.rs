@@ -210,6 +210,8 @@ pub struct JobQuery {
     job_type: Option<String>,
     /// Only enabled (`true`) or disabled (`false`) jobs.
     enabled: Option<bool>,
+    /// Only jobs of this concurrency group.
+    concurrency_group: Option<String>,
     /// The page after this id (`next_after_id` of the previous page).
     #[param(minimum = 1)]
     after_id: Option<i64>,
@@ -247,6 +249,7 @@ pub async fn list(
         .bind(limit)
         .bind(p.visible_like())
         .bind(q.get("name"))
+        .bind(q.get("concurrency_group"))
         .fetch_all(&state.pool)
         .await?;
     let jobs = rows

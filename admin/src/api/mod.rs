@@ -274,6 +274,7 @@ fn routes() -> Vec<(Rule, Route)> {
         (Write, routes!(groups::create)),
         (Read, routes!(groups::list)),
         (Read, routes!(groups::get)),
+        (Read, routes!(groups::queue)),
         (Write, routes!(groups::update)),
         (Write, routes!(groups::delete)),
         (Write, routes!(import::xxl_job)),

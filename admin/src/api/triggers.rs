@@ -67,6 +67,13 @@ pub struct Run {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false)]
     pub waiting: Option<String>,
+    /// For a queued run (one run only; not in lists): its place in its line (1: released
+    /// next), counting the due queued runs of its concurrency group, or of its job when the job
+    /// has an overlap policy and no group; none until its fire time comes.
+    #[sqlx(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false)]
+    pub place_in_line: Option<i64>,
     /// The runs this one caused: its retry, the runs of its children (one run only; not in
     /// lists; at most 1,000).
     #[sqlx(skip)]
@@ -119,6 +126,68 @@ impl Run {
             ));
         }
     }
+}
+
+/// Where a queued run stands, as `flow/place_in_line` reads it.
+#[derive(sqlx::FromRow)]
+struct Place {
+    queue_key: String,
+    due: bool,
+    ahead: i64,
+    in_flight: i64,
+    limit: Option<i64>,
+    overlap: String,
+}
+
+impl Run {
+    /// Fills in `place_in_line` and `waiting` for a queued run: what it waits for and its place.
+    async fn place_in_line(&mut self, pool: &sqlx::PgPool) -> ApiResult<()> {
+        let place: Option<Place> = sqlx::query_as(sql!("flow/place_in_line"))
+            .bind(self.id)
+            .fetch_optional(pool)
+            .await?;
+        let Some(p) = place else { return Ok(()) };
+        let what = match (p.queue_key.strip_prefix("g:"), p.limit) {
+            (Some(group), Some(limit)) if p.in_flight >= limit => format!(
+                "a slot of concurrency group {group} ({} of {limit} in use)",
+                p.in_flight
+            ),
+            (Some(group), Some(limit)) => format!(
+                "its turn in concurrency group {group} ({} of {limit} in use; its rate or the next release lets it go)",
+                p.in_flight
+            ),
+            (Some(group), None) => format!("the next release of concurrency group {group}"),
+            (None, _) => format!(
+                "the end of the job's run in flight (overlap policy {})",
+                p.overlap
+            ),
+        };
+        if p.due {
+            let place = p.ahead + 1;
+            self.place_in_line = Some(place);
+            self.waiting = Some(format!(
+                "queued: waits for {what}; {} in line",
+                ordinal(place)
+            ));
+        } else {
+            self.waiting = Some(format!(
+                "queued: joins the line at its fire time, then waits for {what}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, `11th`, `21st`, …
+fn ordinal(n: i64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// Which runs, newest first, a page at a time.
@@ -241,6 +310,9 @@ pub async fn get(
     let mut run = run.ok_or_else(|| ApiError::not_found("trigger", id))?;
     p.require(Access::Read, &run.job_type)?;
     run.fill_notes(&state.registry, Utc::now());
+    if run.status == RunStatus::Queued.as_str() {
+        run.place_in_line(&state.pool).await?;
+    }
     run.follow_ups = Some(
         sqlx::query_as(sql!("triggers/follow_ups"))
             .bind(id)
@@ -588,8 +660,23 @@ fn kinds_in(schedule: bool) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{kinds_in, list_by_status, log_change};
+    use super::{kinds_in, list_by_status, log_change, ordinal};
     use cadenza_schemas::RunStatus;
+
+    #[test]
+    fn places_read_as_ordinals() {
+        let words: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111]
+            .into_iter()
+            .map(ordinal)
+            .collect();
+        assert_eq!(
+            words,
+            [
+                "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st",
+                "111th"
+            ]
+        );
+    }
 
     /// Every status gets its own condition, and only the publishing list takes the settled
     /// mark ($9) that `list` binds for it.

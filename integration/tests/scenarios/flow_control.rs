@@ -96,6 +96,43 @@ async fn a_group_of_limit_two_runs_thirty_runs_on_three_workers_two_at_a_time_by
         !queued["triggers"].as_array().unwrap().is_empty(),
         "{queued}"
     );
+    // The queue in release order: places 1, 2, 3, … highest priority first.
+    let (status, q) = api
+        .get_json("/api/concurrency-groups/warehouse/queue?limit=1000")
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{q}");
+    let listed = q["runs"].as_array().unwrap();
+    assert!(listed.len() >= 15, "{q}");
+    for (i, r) in listed.iter().enumerate() {
+        assert_eq!(r["place"].as_i64(), Some(i as i64 + 1), "{q}");
+    }
+    let priorities: Vec<i64> = listed
+        .iter()
+        .map(|r| r["priority"].as_i64().unwrap())
+        .collect();
+    assert!(
+        priorities.windows(2).all(|w| w[0] >= w[1]),
+        "{priorities:?}"
+    );
+    assert_eq!(listed[0]["priority"], 10, "{q}");
+    // The last in line says where it stands; the line only moves forward.
+    let last = listed.last().unwrap();
+    let (_, run) = api
+        .get_json(&format!("/api/triggers/{}", last["id"]))
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "queued", "{run}");
+    let place = run["place_in_line"].as_i64().unwrap();
+    assert!(
+        place >= 1 && place <= last["place"].as_i64().unwrap(),
+        "{run} {last}"
+    );
+    let waiting = run["waiting"].as_str().unwrap();
+    assert!(
+        waiting.contains("concurrency group warehouse") && waiting.contains(" in line"),
+        "{waiting}"
+    );
     let ids: Vec<i64> = jobs.iter().map(|(j, _)| *j).collect();
     let runs = quiesce(api, &ids, Duration::from_secs(120)).await;
     assert_eq!(runs.len(), 30);
@@ -189,6 +226,8 @@ async fn the_group_api_refuses_what_it_cannot_hold() {
             json!({"name": "g", "limit": 1, "rate": {"per_second": 1, "burst": -1}}),
             "rate.burst",
         ),
+        // The fields in order, as serde would take them for a struct: not the API's form.
+        (json!(["g", 1]), "body"),
     ] {
         let (status, err) = post(api, "/api/concurrency-groups", body.clone()).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
