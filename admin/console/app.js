@@ -282,7 +282,7 @@ async function jobPage(id) {
       "dl",
       { class: "facts" },
       fact("Job type", h("code", {}, job.job_type)),
-      fact("Schedule", scheduleText(job.schedule)),
+      fact("Schedule", job.jitter_ms ? `${scheduleText(job.schedule)}, each fire moved by this job's jitter (below ${duration(job.jitter_ms)})` : scheduleText(job.schedule)),
       fact("Next fire", time(job.next_fire_at)),
       fact("Route / block", `${job.route} / ${job.block}`),
       fact(

@@ -63,6 +63,7 @@ export async function jobForm(job, save) {
     concurrency_group: null,
     priority: 0,
     overlap: "allow",
+    jitter_ms: 0,
   };
   const s = j.schedule;
   const inputs = {
@@ -78,6 +79,7 @@ export async function jobForm(job, save) {
     every_ms: number(s.every_ms, { min: 1 }),
     delay_ms: number(s.delay_ms, { min: 1 }),
     at: h("input", { type: "datetime-local", step: 1, value: localInput(s.at, true) }),
+    jitter_ms: number(j.jitter_ms, { min: 0, max: 86400000 }),
     route: select(routes, j.route),
     block: select(blocks, j.block),
     misfire: select(misfires, j.misfire),
@@ -102,7 +104,11 @@ export async function jobForm(job, save) {
   const preview = h("div", { class: "preview", "aria-live": "polite" });
   const zones = h("datalist", { id: "zones" }, (Intl.supportedValuesOf ? Intl.supportedValuesOf("timeZone") : []).map((z) => h("option", { value: z })));
   const byKind = {
-    cron: [field("Cron expression", "schedule.expr", inputs.expr, "Quartz, as in XXL-JOB: sec min hour day month weekday [year]; ? in one day field; L, W, 6#3. Weekday 1 = Sunday, or MON-FRI."), field("Time zone", "schedule.timezone", inputs.timezone, "IANA name; empty: UTC.")],
+    cron: [
+      field("Cron expression", "schedule.expr", inputs.expr, "Quartz, as in XXL-JOB: sec min hour day month weekday [year]; ? in one day field; L, W, 6#3. Weekday 1 = Sunday, or MON-FRI."),
+      field("Time zone", "schedule.timezone", inputs.timezone, "IANA name; empty: UTC."),
+      field("Jitter (ms)", "jitter_ms", inputs.jitter_ms, "Every fire moves by one offset below this, fixed per job, so that jobs of one expression fire apart. 0: none."),
+    ],
     fix_rate: [field("Every (ms)", "schedule.every_ms", inputs.every_ms)],
     fix_delay: [field("Delay after each run (ms)", "schedule.delay_ms", inputs.delay_ms)],
     once: [field("At (your time zone)", "schedule.at", inputs.at)],
@@ -136,10 +142,12 @@ export async function jobForm(job, save) {
       const sch = schedule();
       if (sch.kind === "none") return preview.replaceChildren(h("p", { class: "muted" }, "Fires only when run by hand or through the API."));
       try {
-        const p = await api("GET", `/api/schedules/preview${query({ ...sch, count: 5 })}`);
+        const jitter = sch.kind === "cron" && Number(inputs.jitter_ms.value) > 0 ? { jitter_ms: inputs.jitter_ms.value, job_id: job ? job.id : "" } : {};
+        const p = await api("GET", `/api/schedules/preview${query({ ...sch, ...jitter, count: 5 })}`);
         if (seq !== previewSeq) return;
+        const moved = jitter.jitter_ms ? (job ? ", with this job's jitter" : "; each moves by the new job's jitter offset") : "";
         preview.replaceChildren(
-          h("p", { class: "muted" }, `Next fire times (${p.timezone}):`),
+          h("p", { class: "muted" }, `Next fire times (${p.timezone}${moved}):`),
           h(
             "ol",
             {},
@@ -158,7 +166,7 @@ export async function jobForm(job, save) {
     schedulePreview();
   }
   inputs.kind.addEventListener("change", showKind);
-  for (const k of ["expr", "timezone", "every_ms", "delay_ms", "at"]) inputs[k].addEventListener("input", schedulePreview);
+  for (const k of ["expr", "timezone", "every_ms", "delay_ms", "at", "jitter_ms"]) inputs[k].addEventListener("input", schedulePreview);
 
   const list = (v) =>
     v
@@ -188,6 +196,7 @@ export async function jobForm(job, save) {
       concurrency_group: inputs.concurrency_group.value || null,
       priority: Number(inputs.priority.value || 0),
       overlap: inputs.overlap.value,
+      jitter_ms: inputs.kind.value === "cron" ? Number(inputs.jitter_ms.value || 0) : 0,
     };
     return b;
   }

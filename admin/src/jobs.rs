@@ -130,6 +130,12 @@ pub struct JobSpec {
     /// What a fire does while a run of the job is in flight anywhere (default `allow`).
     #[serde(default = "default_overlap")]
     pub overlap: Overlap,
+    /// Cron schedules only: every fire time of the job is moved by one offset in
+    /// `[0, jitter_ms)` derived from the job's id, so that many jobs of one cron expression do
+    /// not all fire in the same millisecond (0 to one day; default 0).
+    #[serde(default)]
+    #[schema(minimum = 0, maximum = 86_400_000)]
+    pub jitter_ms: i64,
 }
 
 fn default_route() -> RouteStrategy {
@@ -282,6 +288,25 @@ impl JobSpec {
                 format!(
                     "must be between -{MAX_PRIORITY} and {MAX_PRIORITY}; got {}",
                     self.priority
+                ),
+            ));
+        }
+        let max_jitter = crate::schedule::MAX_JITTER_MS;
+        if !(0..=max_jitter).contains(&self.jitter_ms) {
+            return Err(FieldError::new(
+                "jitter_ms",
+                format!(
+                    "must be between 0 and {max_jitter} (one day); got {}",
+                    self.jitter_ms
+                ),
+            ));
+        }
+        if self.jitter_ms > 0 && !matches!(self.schedule, Schedule::Cron { .. }) {
+            return Err(FieldError::new(
+                "jitter_ms",
+                format!(
+                    "applies to cron schedules only (this one is {}); set it to 0",
+                    self.schedule.kind()
                 ),
             ));
         }
@@ -453,6 +478,7 @@ pub struct JobRow {
     pub concurrency_group: Option<String>,
     pub priority: i32,
     pub overlap: String,
+    pub jitter_ms: i64,
 }
 
 /// A `jobs` row that does not read back as a job.
@@ -496,6 +522,7 @@ impl TryFrom<JobRow> for Job {
                 concurrency_group: r.concurrency_group,
                 priority: r.priority,
                 overlap: r.overlap.parse()?,
+                jitter_ms: r.jitter_ms,
             },
             shard: r.shard,
             next_fire_at: r.next_fire_at,

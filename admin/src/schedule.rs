@@ -26,11 +26,13 @@ fn err(field: &'static str, message: impl Into<String>) -> ScheduleError {
     }
 }
 
-/// A Quartz cron expression (parsed by the crate's `quartz` module) in a time zone.
+/// A Quartz cron expression (parsed by the crate's `quartz` module) in a time zone, its fire
+/// times moved by a fixed `offset` (the job's jitter; zero unless [`JobSchedule::jittered`]).
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     expr: QuartzCron,
     tz: Tz,
+    offset: Duration,
 }
 
 impl CronSchedule {
@@ -64,7 +66,11 @@ impl CronSchedule {
                 )
             })?,
         };
-        Ok(Self { expr: parsed, tz })
+        Ok(Self {
+            expr: parsed,
+            tz,
+            offset: Duration::zero(),
+        })
     }
 
     /// The first fire time strictly after `t`.
@@ -76,7 +82,19 @@ impl CronSchedule {
     /// through the change are better written in UTC or as `fix_rate`.
     ///
     /// The property test `cron_across_dst_matches_brute_force` holds it to these rules.
+    ///
+    /// With an offset (jitter), every fire time is the expression's plus the offset: the first
+    /// after `t` is the expression's first after `t − offset`, moved.
     pub fn next_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if self.offset.is_zero() {
+            return self.nominal_after(t);
+        }
+        let nominal = self.nominal_after(t.checked_sub_signed(self.offset)?)?;
+        nominal.checked_add_signed(self.offset)
+    }
+
+    /// The expression's first fire time strictly after `t`, without the offset.
+    fn nominal_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let mut wall = t.with_timezone(&self.tz).naive_local();
         // Wall-clock times that are skipped or already passed: at most the length of one clock
         // change (a few hours), so the bound only stops a search that would never end.
@@ -106,6 +124,23 @@ pub enum JobSchedule {
     FixDelay(Duration),
     Once(DateTime<Utc>),
     None,
+}
+
+/// Longest `jitter_ms`: one day.
+pub const MAX_JITTER_MS: i64 = 24 * 3_600_000;
+
+/// The offset in `[0, jitter_ms)` by which every fire time of job `job_id` is moved: the same
+/// for every fire of the job, spread evenly over the range from one job id to the next (a
+/// SplitMix64 hash of the id), so that jobs of one cron expression fire apart.
+pub fn jitter_offset(job_id: i64, jitter_ms: i64) -> Duration {
+    if jitter_ms <= 0 {
+        return Duration::zero();
+    }
+    let mut z = (job_id as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    Duration::milliseconds((z % jitter_ms as u64) as i64)
 }
 
 /// Longest `every_ms` / `delay_ms`: 366 days (see `jobs::MAX_DURATION_MS`).
@@ -167,6 +202,18 @@ impl JobSchedule {
             Schedule::Once { at } => JobSchedule::Once(*at),
             other => Self::parse(other, DateTime::<Utc>::MIN_UTC)?,
         })
+    }
+
+    /// The schedule of job `job_id` with `jitter_ms`: a cron schedule's fire times moved by
+    /// [`jitter_offset`] (jitter applies to cron schedules only; the API refuses it on others).
+    pub fn jittered(self, job_id: i64, jitter_ms: i64) -> Self {
+        match self {
+            JobSchedule::Cron(mut c) => {
+                c.offset = jitter_offset(job_id, jitter_ms);
+                JobSchedule::Cron(c)
+            }
+            other => other,
+        }
     }
 
     /// The kind recorded on runs this schedule creates.
@@ -233,6 +280,54 @@ mod tests {
         assert_eq!(c.next_after(now), Some(at("2026-03-01T10:00:01Z")));
         let c = CronSchedule::parse("*/15 * * * *", None).unwrap();
         assert_eq!(c.next_after(now), Some(at("2026-03-01T10:15:00Z")));
+    }
+
+    #[test]
+    fn jitter_moves_every_fire_of_a_job_by_one_offset_within_the_range() {
+        // Half past: this hour's fire, moved by less than a minute, has passed.
+        let now = at("2026-03-01T10:30:00Z");
+        let plain = JobSchedule::parse(
+            &Schedule::Cron {
+                expr: "0 0 * * * ?".into(),
+                timezone: None,
+            },
+            now,
+        )
+        .unwrap();
+        let mut offsets = std::collections::BTreeSet::new();
+        for job in 1..=1000 {
+            let off = jitter_offset(job, 60_000);
+            assert_eq!(off, jitter_offset(job, 60_000), "deterministic");
+            assert!(off >= Duration::zero() && off < Duration::milliseconds(60_000));
+            offsets.insert(off.num_milliseconds());
+            let s = plain.clone().jittered(job, 60_000);
+            let first = s.first_fire(now).unwrap();
+            assert_eq!(first, at("2026-03-01T11:00:00Z") + off, "job {job}");
+            // The next ones keep the offset: one an hour, each moved alike.
+            let second = s.next_after(first).unwrap();
+            assert_eq!(second - first, Duration::hours(1));
+            // A time inside the offset of this hour's fire still finds this hour's fire.
+            assert_eq!(s.next_after(first - Duration::milliseconds(1)), Some(first));
+        }
+        // Spread over the minute, not bunched: at least 900 distinct offsets of 1,000 jobs,
+        // some in each tenth of the range.
+        assert!(offsets.len() >= 900, "{}", offsets.len());
+        for tenth in 0..10 {
+            let (lo, hi) = (tenth * 6_000, (tenth + 1) * 6_000);
+            assert!(offsets.range(lo..hi).count() > 50, "tenth {tenth}");
+        }
+        assert_eq!(jitter_offset(7, 0), Duration::zero());
+        // Just after the expression's time, its fire moved by the offset is still to come.
+        let s = plain.clone().jittered(1, 60_000);
+        let off = jitter_offset(1, 60_000);
+        assert!(off > Duration::zero());
+        assert_eq!(
+            s.first_fire(at("2026-03-01T10:00:00Z")),
+            Some(at("2026-03-01T10:00:00Z") + off)
+        );
+        // Only cron schedules move.
+        let rate = JobSchedule::FixRate(Duration::seconds(1)).jittered(7, 60_000);
+        assert_eq!(rate.first_fire(now), Some(now + Duration::seconds(1)));
     }
 
     #[test]

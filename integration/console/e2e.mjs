@@ -94,7 +94,11 @@ try {
     await items.first().waitFor();
     assert.equal(await items.count(), 5);
     for (const text of await items.allTextContents()) assert.match(text, /10:15:00\+09:00/);
+    // Jitter: the preview says the new job's fire times move by its offset.
+    await page.getByLabel("Jitter (ms)").fill("60000");
+    await page.locator(".preview").getByText("each moves by the new job's jitter offset").waitFor();
     await shot(page, "job-form");
+    await page.getByLabel("Jitter (ms)").fill("0");
   });
 
   await check("a wrong field shows the API's message at that field", async () => {

@@ -22,6 +22,9 @@ impl ApiClient {
     pub fn new(base: impl Into<String>, token: Option<String>) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(10))
+            // The admin closes a connection that sends no request for 10 s (its header read
+            // timeout): never reuse one idle that long, or a request can meet the close.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .context("building the HTTP client")?;
         Ok(Self {

@@ -87,6 +87,8 @@ impl Client {
         }
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(120))
+            // The admin closes a connection idle for 10 s; never reuse one idle that long.
+            .pool_idle_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| CliError::Usage(format!("cannot build the HTTP client: {e}")))?;
         Ok(Client { base, token, http })

@@ -13,6 +13,13 @@ pub enum GroupsCmd {
     List,
     /// Show one group.
     Show { name: String },
+    /// A group's queued runs in the order they will be released, with their place in line.
+    Queue {
+        name: String,
+        /// How many runs to list (1 to 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
     /// Create a group.
     Create {
         name: String,
@@ -63,6 +70,15 @@ const COLUMNS: &Columns = &[
     ("RATE", "rate"),
 ];
 
+const QUEUE_COLUMNS: &Columns = &[
+    ("PLACE", "place"),
+    ("RUN", "id"),
+    ("JOB", "job_id"),
+    ("JOB NAME", "job_name"),
+    ("PRIORITY", "priority"),
+    ("FIRE TIME", "fire_time"),
+];
+
 /// A group's path: the name escaped (a name of other characters than the admin allows is
 /// answered there, `404`).
 fn path(name: &str) -> String {
@@ -76,6 +92,12 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: GroupsCmd) -> Result
             out.table(&v, &v["groups"], COLUMNS)?;
         }
         GroupsCmd::Show { name } => out.record(&client.get(&path(&name)).await?)?,
+        GroupsCmd::Queue { name, limit } => {
+            let v = client
+                .get(&format!("{}/queue?limit={limit}", path(&name)))
+                .await?;
+            out.table(&v, &v["runs"], QUEUE_COLUMNS)?;
+        }
         GroupsCmd::Create { name, limit, rate } => {
             let mut body = json!({"name": name, "limit": limit});
             if let Some(r) = rate.body() {

@@ -7,7 +7,7 @@
 -- dead admin's shards are taken over (the lease TTL), its due jobs.
 SELECT id, schedule, misfire, misfire_threshold_ms, next_fire_at, now() AS db_now, job_type, route,
        shard, plan_gen, misfire_first, misfire_last, misfire_count,
-       concurrency_group IS NOT NULL OR overlap <> 'allow' AS queued
+       concurrency_group IS NOT NULL OR overlap <> 'allow' AS queued, jitter_ms
 FROM jobs
 WHERE enabled
   AND next_fire_at IS NOT NULL

@@ -25,7 +25,6 @@ use crate::audit::{self, Entry};
 use crate::auth::{Access, Principal};
 use crate::import::xxl::{self, Handlers, ImportReport, Imported, Options, Outcome};
 use crate::import::Row;
-use crate::jobs::JobRow;
 
 /// XXL-JOB rows to import, and how.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -282,15 +281,7 @@ pub async fn xxl_job(
             continue;
         }
         let schedule = spec.validate(now)?;
-        let next = if spec.enabled {
-            schedule.first_fire(now)
-        } else {
-            None
-        };
-        let q = sqlx::query_as::<_, JobRow>(sql!("jobs/insert")).bind(state.shard_count as i64);
-        let row = super::jobs::bind_spec(q, spec, next)?
-            .fetch_one(&mut *tx)
-            .await?;
+        let row = super::jobs::insert_job(&mut tx, state.shard_count, spec, schedule, now).await?;
         sqlx::query(sql!("import/remember"))
             .bind(&opts.source)
             .bind(xxl_id)

@@ -162,7 +162,33 @@ pub(super) fn bind_spec<'q>(
         .bind(&spec.alarm_emails)
         .bind(&spec.concurrency_group)
         .bind(spec.priority)
-        .bind(spec.overlap.as_str()))
+        .bind(spec.overlap.as_str())
+        .bind(spec.jitter_ms))
+}
+
+/// Inserts the job `spec` (validated: `schedule` is its schedule) in `tx`: it takes an id
+/// first, so that its first fire time carries the jitter derived from it, and fires by its
+/// schedule from `now` on (unless disabled).
+pub(super) async fn insert_job(
+    tx: &mut Transaction<'_, Postgres>,
+    shard_count: u32,
+    spec: &JobSpec,
+    schedule: JobSchedule,
+    now: DateTime<Utc>,
+) -> ApiResult<JobRow> {
+    let id: i64 = sqlx::query_scalar(sql!("jobs/next_id"))
+        .fetch_one(&mut **tx)
+        .await?;
+    let next = if spec.enabled {
+        schedule.jittered(id, spec.jitter_ms).first_fire(now)
+    } else {
+        None
+    };
+    let q = sqlx::query_as::<_, JobRow>(sql!("jobs/insert")).bind(i64::from(shard_count));
+    Ok(bind_spec(q, spec, next)?
+        .bind(id)
+        .fetch_one(&mut **tx)
+        .await?)
 }
 
 /// Creates a job. It fires by its schedule from now on (unless `enabled` is false).
@@ -177,14 +203,8 @@ pub async fn create(
     p.require(Access::Write, spec.job_type.as_str())?;
     let now = Utc::now();
     let schedule = prepare(&state, &p, &spec, None, now).await?;
-    let next = if spec.enabled {
-        schedule.first_fire(now)
-    } else {
-        None
-    };
-    let q = sqlx::query_as::<_, JobRow>(sql!("jobs/insert")).bind(state.shard_count as i64);
     let mut tx = state.pool.begin().await?;
-    let row = bind_spec(q, &spec, next)?.fetch_one(&mut *tx).await?;
+    let row = insert_job(&mut tx, state.shard_count, &spec, schedule, now).await?;
     let job = to_job(row)?;
     audit::done(
         &mut tx,
@@ -312,7 +332,9 @@ async fn store(
         .fetch_one(&mut **tx)
         .await?;
     let now = Utc::now();
-    let restart = spec.schedule != current.spec.schedule || (spec.enabled && !current.spec.enabled);
+    let restart = spec.schedule != current.spec.schedule
+        || spec.jitter_ms != current.spec.jitter_ms
+        || (spec.enabled && !current.spec.enabled);
     let next = if !spec.enabled {
         None
     } else if restart {
@@ -391,7 +413,8 @@ async fn modify(
         })?
     } else {
         spec.validate(now)?
-    };
+    }
+    .jittered(id, spec.jitter_ms);
     let kept: Vec<i64> = current.spec.children.iter().map(|c| c.0).collect();
     let mut conn = state.pool.acquire().await?;
     check_children(&mut conn, p, &spec, Some(id), &kept).await?;

@@ -31,6 +31,13 @@ pub struct PreviewQuery {
     delay_ms: Option<i64>,
     /// The instant of a `once` schedule (RFC 3339).
     at: Option<DateTime<Utc>>,
+    /// A cron job's `jitter_ms`: with `job_id`, the fire times are those of that job, moved by
+    /// its offset; without, the expression's own (a new job's offset comes with its id).
+    #[param(minimum = 0, maximum = 86_400_000)]
+    jitter_ms: Option<i64>,
+    /// The job whose jitter offset applies (see `jitter_ms`).
+    #[param(minimum = 1)]
+    job_id: Option<i64>,
     /// How many fire times, 1 to 100 (default 5).
     #[param(minimum = 1, maximum = 100)]
     count: Option<i64>,
@@ -111,6 +118,21 @@ pub async fn preview(Params(q): Params) -> ApiResult<Json<Preview>> {
             .to_owned();
         ApiError::invalid(field, e.message)
     })?;
+    let jitter_ms = match q.get("jitter_ms") {
+        None => 0,
+        Some(_) => number(&q, "jitter_ms")?,
+    };
+    let max_jitter = crate::schedule::MAX_JITTER_MS;
+    if !(0..=max_jitter).contains(&jitter_ms) {
+        return Err(ApiError::invalid(
+            "jitter_ms",
+            format!("must be between 0 and {max_jitter} (one day); got {jitter_ms}"),
+        ));
+    }
+    let parsed = match q.get("job_id") {
+        Some(id) => parsed.jittered(super::parse_id("job_id", id)?, jitter_ms),
+        None => parsed,
+    };
     let mut fire_times = Vec::with_capacity(count);
     let mut next = parsed.first_fire(now);
     while let Some(t) = next {

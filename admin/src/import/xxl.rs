@@ -798,6 +798,7 @@ fn map_row(
         concurrency_group: None,
         priority: 0,
         overlap: cadenza_schemas::Overlap::Allow,
+        jitter_ms: 0,
     };
     if let Err(e) = spec.validate(now) {
         return Err(vec![RowError {

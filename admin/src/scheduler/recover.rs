@@ -113,9 +113,10 @@ pub async fn hand_back(ctx: &SchedulerContext, dropped: &[crate::trigger::Pendin
     }
 }
 
-async fn load_one(ctx: &SchedulerContext, id: i64) -> Result<(), SchedulerError> {
+/// Puts the announced runs `ids` that are still scheduled in the timer.
+async fn load_notified(ctx: &SchedulerContext, ids: &[i64]) -> Result<(), SchedulerError> {
     let rows: Vec<PendingRow> = sqlx::query_as(sql!("triggers/get_pending"))
-        .bind(id)
+        .bind(ids)
         .fetch_all(&ctx.pool)
         .await?;
     ctx.wheel.insert(rows_to_pending(rows));
@@ -643,6 +644,9 @@ async fn settle_marks(ctx: &SchedulerContext, held: &[ShardId]) -> Result<(), Sc
     Ok(())
 }
 
+/// The most announced runs loaded in one statement.
+const NOTIFIED_BATCH: usize = 5000;
+
 /// Listens for triggers inserted by any admin's API and sweeps periodically, until `shutdown`.
 pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(SWEEP_INTERVAL);
@@ -674,11 +678,27 @@ pub async fn listen(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
             }
             n = notification => match n {
                 Ok(Some(n)) => {
-                    if let Some((shard, id)) = parse_payload(n.payload()) {
-                        if ctx.leases.epoch(shard).is_some() {
-                            if let Err(e) = load_one(&ctx, id).await {
-                                tracing::debug!(error = %e, trigger_id = id, "loading a notified trigger failed; the sweep will");
+                    // A release or a replay announces many runs at once: they are loaded
+                    // together, with those already received behind this one.
+                    let mut ids = Vec::new();
+                    let mut next = Some(n);
+                    while let Some(n) = next.take() {
+                        if let Some((shard, id)) = parse_payload(n.payload()) {
+                            if ctx.leases.epoch(shard).is_some() {
+                                ids.push(id);
                             }
+                        }
+                        if ids.len() < NOTIFIED_BATCH {
+                            // Only what has arrived already: polled once, never waited for.
+                            next = listener.as_mut().and_then(|l| {
+                                futures::FutureExt::now_or_never(l.try_recv())
+                                    .and_then(|r| r.ok().flatten())
+                            });
+                        }
+                    }
+                    if !ids.is_empty() {
+                        if let Err(e) = load_notified(&ctx, &ids).await {
+                            tracing::debug!(error = %e, runs = ids.len(), "loading notified triggers failed; the sweep will");
                         }
                     }
                 }

@@ -24,17 +24,17 @@ use crate::metrics::GroupLabel;
 /// How often each admin looks for queued runs to release.
 pub const RELEASE_INTERVAL: Duration = Duration::from_millis(100);
 /// How many queued runs of a key one round looks at.
-const HEAD: i64 = 1000;
+const HEAD: i64 = 5000;
 /// Who the releaser's cancels are from, in the run's message and the worker's log.
 const CANCELLED_BY: &str = "overlap policy cancel_other";
 
 /// What one round of one key did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Round {
-    pub released: usize,
-    pub skipped: usize,
-    pub misfired: usize,
-    pub cancels: usize,
+struct Round {
+    released: usize,
+    skipped: usize,
+    misfired: usize,
+    cancels: usize,
 }
 
 #[derive(sqlx::FromRow)]
@@ -62,8 +62,13 @@ struct InFlightRow {
     partition: Option<i32>,
 }
 
-/// One round of the queue key `key`.
-pub async fn release_key(ctx: &SchedulerContext, key: &str) -> Result<Round, SchedulerError> {
+/// One round of the queue key `key`; with `misfires`, queued runs that waited past their
+/// misfire threshold follow their job's misfire strategy first.
+async fn release_key(
+    ctx: &SchedulerContext,
+    key: &str,
+    misfires: bool,
+) -> Result<Round, SchedulerError> {
     let mut tx = ctx.pool.begin().await?;
     // An admin frozen inside a round must not hold the key's lock for long.
     sqlx::query("SET LOCAL idle_in_transaction_session_timeout = '10s'")
@@ -89,10 +94,14 @@ pub async fn release_key(ctx: &SchedulerContext, key: &str) -> Result<Round, Sch
         }
     };
     let mut round = Round::default();
-    let misfired: Vec<i64> = sqlx::query_scalar(sql!("flow/misfire_queued"))
-        .bind(key)
-        .fetch_all(&mut *tx)
-        .await?;
+    let misfired: Vec<i64> = if misfires {
+        sqlx::query_scalar(sql!("flow/misfire_queued"))
+            .bind(key)
+            .fetch_all(&mut *tx)
+            .await?
+    } else {
+        Vec::new()
+    };
     round.misfired = misfired.len();
     let in_flight: HashMap<i64, i64> = sqlx::query_as(sql!("flow/in_flight"))
         .bind(key)
@@ -279,50 +288,47 @@ async fn report_groups(
     Ok(())
 }
 
-/// One round over the queue keys of the held shards that have a queued run due.
-pub async fn run_once(ctx: &SchedulerContext) -> Result<Round, SchedulerError> {
+/// One round over the queue keys of the held shards that have a queued run due. A key whose
+/// round fails is tried again next round; the others go on. With `misfires`, waits past the
+/// misfire threshold are looked for too (it reads the whole queue: once a second is enough for
+/// thresholds counted in seconds).
+async fn run_once(ctx: &SchedulerContext, misfires: bool) -> Result<(), SchedulerError> {
     let held = ShardId::to_db_all(&ctx.leases.held_shards());
     if held.is_empty() {
-        return Ok(Round::default());
+        return Ok(());
     }
     let keys: Vec<String> = sqlx::query_scalar(sql!("flow/due_keys"))
         .bind(&held)
         .fetch_all(&ctx.pool)
         .await?;
-    let mut total = Round::default();
     for key in keys {
-        let r = release_key(ctx, &key).await?;
-        total.released += r.released;
-        total.skipped += r.skipped;
-        total.misfired += r.misfired;
-        total.cancels += r.cancels;
+        if let Err(e) = release_key(ctx, &key, misfires).await {
+            tracing::warn!(key, error = %e, "queue release failed; trying again next round");
+        }
     }
-    Ok(total)
+    Ok(())
 }
 
-/// How often the group gauges are brought up to date.
-const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// Every how many rounds (once a second) queued runs are checked against their misfire
+/// threshold and the group gauges are brought up to date.
+const ONCE_A_SECOND: u64 = 10;
 
-/// Releases every [`RELEASE_INTERVAL`] until `shutdown`; reports the groups' use every
-/// [`REPORT_EVERY`].
+/// Releases every [`RELEASE_INTERVAL`] until `shutdown`; checks misfires and reports the
+/// groups' use every [`ONCE_A_SECOND`] rounds.
 pub async fn run(ctx: Arc<SchedulerContext>, shutdown: CancellationToken) {
-    let shown = Arc::new(tokio::sync::Mutex::new(Vec::new()));
-    let last = Arc::new(std::sync::Mutex::new(std::time::Instant::now()));
+    // The rounds so far, and the groups whose gauges this admin showed last.
+    let state = Arc::new(tokio::sync::Mutex::new((0u64, Vec::new())));
     crate::every(RELEASE_INTERVAL, shutdown, "queue release", || {
-        let (ctx, shown, last) = (ctx.clone(), shown.clone(), last.clone());
+        let (ctx, state) = (ctx.clone(), state.clone());
         async move {
-            run_once(&ctx).await?;
-            let due = {
-                let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
-                let due = last.elapsed() >= REPORT_EVERY;
-                if due {
-                    *last = std::time::Instant::now();
-                }
-                due
-            };
-            if due {
+            let mut state = state.lock().await;
+            let (rounds, shown) = &mut *state;
+            *rounds += 1;
+            let every_second = *rounds % ONCE_A_SECOND == 1;
+            run_once(&ctx, every_second).await?;
+            if every_second {
                 let held = ShardId::to_db_all(&ctx.leases.held_shards());
-                report_groups(&ctx, &held, &mut *shown.lock().await).await?;
+                report_groups(&ctx, &held, shown).await?;
             }
             Ok::<(), SchedulerError>(())
         }

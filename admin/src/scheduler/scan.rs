@@ -184,6 +184,8 @@ struct DueJob {
     misfire_count: i64,
     /// Its runs are written `queued` (a concurrency group, or an overlap policy).
     queued: bool,
+    /// Its cron fire times are moved by the offset derived from this and its id.
+    jitter_ms: i64,
 }
 
 impl DueJob {
@@ -246,7 +248,7 @@ fn plan_job(job: &DueJob, horizon: chrono::Duration) -> Plan {
         }
     };
     let schedule = match JobSchedule::from_stored(&job.schedule.0) {
-        Ok(s) => s,
+        Ok(s) => s.jittered(job.id, job.jitter_ms),
         Err(e) => return stop("stored schedule unreadable", &e),
     };
     let misfire: MisfireStrategy = match job.misfire.parse() {
@@ -922,6 +924,7 @@ mod tests {
             misfire_last: None,
             misfire_count: 0,
             queued: false,
+            jitter_ms: 0,
         }
     }
 

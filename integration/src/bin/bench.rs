@@ -41,6 +41,11 @@
 //! once all are on the topic, `--workers` workers (default 1) start and the benchmark prints how
 //! many runs per second they finished (first start to last finish, as recorded by the admin).
 //!
+//! `--group LIMIT[:RATE]` puts every job in one concurrency group of that limit (and rate of
+//! starts a second): its runs are written `queued` and released by the group's releaser, which
+//! measures what flow control costs and how fast one group dispatches. Without workers no run
+//! ends, so a group then holds at most LIMIT runs in flight.
+//!
 //! `--admin-env KEY=VALUE` and `--worker-env KEY=VALUE` (repeatable) start the admin or each
 //! worker with that setting, e.g. `--worker-env CADENZA_WORKER_CAPACITY=64`.
 
@@ -71,6 +76,8 @@ struct Args {
     then_rate: Option<i64>,
     /// Raise the rate until a window misfires; print the highest held.
     find_ceiling: bool,
+    /// Every job in one concurrency group of this limit and optional rate.
+    group: Option<(i64, Option<f64>)>,
 }
 
 /// How long the load that `--then-rate` falls back to is kept up.
@@ -89,6 +96,7 @@ fn parse_args() -> Result<Args> {
         worker_env: Vec::new(),
         then_rate: None,
         find_ceiling: false,
+        group: None,
     };
     let mut workers_given = false;
     let mut it = std::env::args().skip(1);
@@ -121,13 +129,14 @@ fn parse_args() -> Result<Args> {
                 )
             }
             "--find-ceiling" => a.find_ceiling = true,
+            "--group" => a.group = Some(group_arg(&value("--group")?)?),
             "--statements" => a.statements = true,
             "--json" => a.json = true,
             "--admin-env" => a.admin_env.push(setting(&value("--admin-env")?)?),
             "--worker-env" => a.worker_env.push(setting(&value("--worker-env")?)?),
             "-h" | "--help" => {
                 println!(
-                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--then-rate triggers/s] [--statements] [--json]\n\
+                    "bench [--jobs N (10000)] [--rate triggers/s (10000)] [--secs S (30)] [--workers N (0)] [--then-rate triggers/s] [--group LIMIT[:RATE]] [--statements] [--json]\n\
                      bench --find-ceiling [--rate first triggers/s (10000)] [--secs S (30)]\n\
                      bench --backlog N [--workers N (1)] [--statements] [--json]\n\
                      both: [--admin-env KEY=VALUE]... [--worker-env KEY=VALUE]... (settings such as CADENZA_PUBLISH_AHEAD_MS)"
@@ -155,6 +164,28 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
+}
+
+/// `LIMIT` or `LIMIT:RATE` of `--group`.
+fn group_arg(s: &str) -> Result<(i64, Option<f64>)> {
+    let (limit, rate) = match s.split_once(':') {
+        Some((l, r)) => (l, Some(r)),
+        None => (s, None),
+    };
+    let limit: i64 = limit
+        .parse()
+        .ok()
+        .filter(|l| (1..=100_000).contains(l))
+        .with_context(|| format!("--group {s:?}: the limit must be 1 to 100000"))?;
+    let rate = rate
+        .map(|r| {
+            r.parse::<f64>()
+                .ok()
+                .filter(|r| *r > 0.0 && *r <= 100_000.0)
+                .with_context(|| format!("--group {s:?}: the rate must be above 0, at most 100000"))
+        })
+        .transpose()?;
+    Ok((limit, rate))
 }
 
 /// `KEY=VALUE`.
@@ -413,6 +444,7 @@ async fn insert_jobs(
     every_ms: i64,
     spread_ms: i64,
     first_in: Duration,
+    group: Option<&str>,
 ) -> Result<()> {
     let started = Instant::now();
     let mut made = 0;
@@ -420,11 +452,12 @@ async fn insert_jobs(
         let n = (jobs - made).min(50_000);
         sqlx::query(
             "INSERT INTO jobs (id, shard, name, job_type, schedule, schedule_kind, route, block, misfire,
-                               misfire_threshold_ms, next_fire_at)
+                               misfire_threshold_ms, next_fire_at, concurrency_group)
              SELECT id, (id % 64)::int, 'bench ' || id, 'bench.noop', $1, 'fix_rate', 'round',
                     'serial_execution', 'do_nothing', 5000,
                     now() + make_interval(secs => $5::float8)
-                          + make_interval(secs => ((i + $6::int) % $3::int) * $4::float8 / $3::int / 1000.0)
+                          + make_interval(secs => ((i + $6::int) % $3::int) * $4::float8 / $3::int / 1000.0),
+                    $7
              FROM (SELECT nextval('jobs_id_seq') AS id, i FROM generate_series(1, $2::int) AS i) s",
         )
         .bind(json!({"kind": "fix_rate", "every_ms": every_ms}))
@@ -433,6 +466,7 @@ async fn insert_jobs(
         .bind(spread_ms as f64)
         .bind(first_in.as_secs_f64())
         .bind(made as i32)
+        .bind(group)
         .execute(pool)
         .await?;
         made += n;
@@ -443,6 +477,23 @@ async fn insert_jobs(
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Creates concurrency group `bench` of `limit` (and `rate` starts a second); its name.
+async fn create_group(pool: &PgPool, limit: i64, rate: Option<f64>) -> Result<&'static str> {
+    sqlx::query(
+        "INSERT INTO concurrency_groups (name, \"limit\", rate_per_second, shard) VALUES ('bench', $1, $2, 0)",
+    )
+    .bind(limit as i32)
+    .bind(rate)
+    .execute(pool)
+    .await
+    .context("creating the concurrency group")?;
+    eprintln!(
+        "every job in concurrency group bench: limit {limit}, rate {}",
+        rate.map_or_else(|| "none".to_owned(), |r| format!("{r}/s"))
+    );
+    Ok("bench")
 }
 
 /// How many fire times of the jobs (each `every_ms` apart from its first fire time, noted in
@@ -579,7 +630,19 @@ async fn steady(args: &Args) -> Result<Value> {
     let (cluster, admin, pool) = start(every_ms, args).await?;
     let worker_pids = spawn_workers(&cluster, args).await?;
     let parts = Parts::new(&cluster, admin.pid(), &worker_pids);
-    insert_jobs(&pool, args.jobs, every_ms, every_ms, Duration::from_secs(3)).await?;
+    let group = match args.group {
+        Some((limit, rate)) => Some(create_group(&pool, limit, rate).await?),
+        None => None,
+    };
+    insert_jobs(
+        &pool,
+        args.jobs,
+        every_ms,
+        every_ms,
+        Duration::from_secs(3),
+        group,
+    )
+    .await?;
     // Each job's first fire time, to count the fire times due in the window exactly: the jobs
     // inserted later (50,000 a statement) start later, so they are spread over a little more
     // than one interval.
@@ -860,7 +923,7 @@ async fn backlog(args: &Args, n: i64) -> Result<()> {
     );
     // Every job fires once in the first second and next an hour later.
     let (cluster, admin, pool) = start(3_600_000, args).await?;
-    insert_jobs(&pool, n, 3_600_000, 1_000, Duration::from_secs(1)).await?;
+    insert_jobs(&pool, n, 3_600_000, 1_000, Duration::from_secs(1), None).await?;
     let waited = Instant::now();
     loop {
         let published: i64 = sqlx::query_scalar(

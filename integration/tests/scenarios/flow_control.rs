@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use cadenza_integration::scenario::{create_job, quiesce, time};
-use cadenza_integration::{AdminHandle, ApiClient, Cluster, StatusCode, WorkerHandle};
+use cadenza_integration::{wait_for, AdminHandle, ApiClient, Cluster, StatusCode, WorkerHandle};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
@@ -28,6 +28,15 @@ fn most_at_once(runs: &[&Value]) -> usize {
         most = most.max(now);
     }
     most as usize
+}
+
+/// `PATCH /api/jobs/{job}` with `change`, which must be accepted.
+async fn change_job(api: &ApiClient, job: i64, change: Value) {
+    let (status, body) = api
+        .patch_json(&format!("/api/jobs/{job}"), &change)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
 
 async fn post(api: &ApiClient, path: &str, body: Value) -> (StatusCode, Value) {
@@ -194,14 +203,7 @@ async fn a_group_of_limit_two_runs_thirty_runs_on_three_workers_two_at_a_time_by
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["error"]["code"], "group_in_use", "{body}");
     for (job, _) in &jobs {
-        let (status, body) = api
-            .patch_json(
-                &format!("/api/jobs/{job}"),
-                &json!({"concurrency_group": null}),
-            )
-            .await
-            .unwrap();
-        assert_eq!(status, StatusCode::OK, "{body}");
+        change_job(api, *job, json!({"concurrency_group": null})).await;
     }
     let (status, body) = api
         .delete("/api/concurrency-groups/warehouse")
@@ -320,9 +322,36 @@ async fn sleep_workers(cluster: &Cluster, n: usize) -> Vec<WorkerHandle> {
     workers
 }
 
+/// The runs of `job`, once all ended, printed.
+async fn ended_runs(api: &ApiClient, job: i64) -> Vec<Value> {
+    let runs = quiesce(api, &[job], Duration::from_secs(120)).await;
+    for r in &runs {
+        eprintln!(
+            "job {job} run {} {} fire {} started {} finished {} on {} {}",
+            r["id"],
+            r["status"],
+            r["fire_time"],
+            r["started_at"],
+            r["finished_at"],
+            r["worker_id"],
+            r["message"]
+        );
+    }
+    runs
+}
+
+fn started(runs: &[Value]) -> Vec<&Value> {
+    runs.iter().filter(|r| !r["started_at"].is_null()).collect()
+}
+
+/// On one cluster of three workers: a group paced at 5 starts a second (burst 0) given 50 runs
+/// at once, and three jobs, one of each overlap policy that holds runs back, each firing faster
+/// than its runs last, routed `round` for 10 s. No second sees more than 5 of the paced starts,
+/// and no job of an overlap policy ever runs twice at once.
 #[tokio::test]
-async fn a_rate_of_five_a_second_spreads_fifty_starts_so_no_second_holds_more_than_five() {
-    let (_cluster, admin, _workers) = cluster_with_workers(2).await;
+async fn a_rate_spreads_starts_and_overlap_skip_buffer_one_and_cancel_other_never_run_a_job_twice_at_once(
+) {
+    let (_cluster, admin, _workers) = cluster_with_workers(3).await;
     let api = &admin.api();
     let (status, g) = post(
         api,
@@ -331,7 +360,7 @@ async fn a_rate_of_five_a_second_spreads_fifty_starts_so_no_second_holds_more_th
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{g}");
-    let job = create_job(
+    let paced = create_job(
         api,
         json!({"name": "paced", "job_type": JOB_TYPE, "params": "10",
                "schedule": {"kind": "none"}, "concurrency_group": "paced"}),
@@ -339,12 +368,103 @@ async fn a_rate_of_five_a_second_spreads_fifty_starts_so_no_second_holds_more_th
     .await;
     for _ in 0..50 {
         let (status, body) = api
-            .post_empty(&format!("/api/jobs/{job}/trigger"))
+            .post_empty(&format!("/api/jobs/{paced}/trigger"))
             .await
             .unwrap();
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     }
-    let runs = quiesce(api, &[job], Duration::from_secs(120)).await;
+    let mut jobs = Vec::new();
+    // (policy, every ms, run ms)
+    for (overlap, every_ms, run_ms) in [
+        ("skip", 1000, 3000),
+        ("buffer_one", 1000, 2500),
+        ("cancel_other", 2000, 5000),
+    ] {
+        jobs.push(
+            create_job(
+                api,
+                json!({"name": overlap, "job_type": JOB_TYPE, "params": run_ms.to_string(),
+                       "schedule": {"kind": "fix_rate", "every_ms": every_ms}, "route": "round",
+                       "overlap": overlap, "misfire_threshold_ms": 60000}),
+            )
+            .await,
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for job in &jobs {
+        change_job(api, *job, json!({"enabled": false})).await;
+    }
+
+    // skip: the fires while a run was in flight are recorded skipped, never run.
+    let runs = ended_runs(api, jobs[0]).await;
+    let ran = started(&runs);
+    assert!(ran.len() >= 2, "{runs:?}");
+    assert_eq!(most_at_once(&ran), 1, "skip: two runs of the job at once");
+    let skipped: Vec<&Value> = runs.iter().filter(|r| r["status"] == "skipped").collect();
+    assert!(skipped.len() >= 4, "{runs:?}");
+    for r in &skipped {
+        assert!(r["started_at"].is_null(), "{r}");
+        assert!(
+            r["message"]
+                .as_str()
+                .unwrap()
+                .contains("overlap policy skip"),
+            "{r}"
+        );
+    }
+    // Round routing spread the runs that did go over more than one worker.
+    let workers: std::collections::BTreeSet<&str> =
+        ran.iter().filter_map(|r| r["worker_id"].as_str()).collect();
+    assert!(workers.len() > 1, "{workers:?}");
+
+    // buffer_one: one fire waits for the run in flight, the others are skipped.
+    let runs = ended_runs(api, jobs[1]).await;
+    let ran = started(&runs);
+    assert_eq!(
+        most_at_once(&ran),
+        1,
+        "buffer_one: two runs of the job at once"
+    );
+    assert!(ran.iter().all(|r| r["status"] == "succeeded"), "{runs:?}");
+    let skipped: Vec<&Value> = runs.iter().filter(|r| r["status"] == "skipped").collect();
+    assert!(!skipped.is_empty(), "{runs:?}");
+    assert!(skipped
+        .iter()
+        .all(|r| r["message"].as_str().unwrap().contains("buffer_one")));
+    // The buffered fire starts as soon as the one before it ended: one after another, no gap
+    // longer than the release round, publication and pickup.
+    let mut spans: Vec<_> = ran
+        .iter()
+        .map(|r| (time(&r["started_at"]), time(&r["finished_at"])))
+        .collect();
+    spans.sort();
+    for w in spans.windows(2) {
+        let gap = (w[1].0 - w[0].1).num_milliseconds();
+        assert!(gap < 2000, "{gap} ms between runs: {w:?}");
+    }
+
+    // cancel_other: each new fire cancels the run in flight, then runs.
+    let runs = ended_runs(api, jobs[2]).await;
+    let ran = started(&runs);
+    assert_eq!(
+        most_at_once(&ran),
+        1,
+        "cancel_other: two runs of the job at once"
+    );
+    let cancelled: Vec<&Value> = ran
+        .iter()
+        .copied()
+        .filter(|r| r["status"] == "cancelled")
+        .collect();
+    assert!(cancelled.len() >= 2, "{runs:?}");
+    for r in &cancelled {
+        // Cut short by the next fire, before its 5 s.
+        let (s, f) = (time(&r["started_at"]), time(&r["finished_at"]));
+        assert!((f - s).num_milliseconds() < 4_500, "{r}");
+    }
+
+    // The paced group: 50 starts, never more than 5 in a second.
+    let runs = quiesce(api, &[paced], Duration::from_secs(120)).await;
     assert_eq!(runs.len(), 50);
     assert!(runs.iter().all(|r| r["status"] == "succeeded"), "{runs:?}");
     let mut starts: Vec<DateTime<Utc>> = runs.iter().map(|r| time(&r["started_at"])).collect();
@@ -363,111 +483,6 @@ async fn a_rate_of_five_a_second_spreads_fifty_starts_so_no_second_holds_more_th
     // below 5 a second: releases are counted over 1.2 s, in rounds 100 ms apart).
     let took = (starts[49] - starts[0]).num_milliseconds();
     assert!((8_000..16_500).contains(&took), "50 starts took {took} ms");
-}
-
-/// A job of `overlap`, firing every `every_ms` and running `run_ms`, routed `round` over three
-/// workers, enabled for `secs`; its runs once all ended.
-async fn overlap_scenario(overlap: &str, every_ms: u64, run_ms: u64, secs: u64) -> Vec<Value> {
-    let (_cluster, admin, _workers) = cluster_with_workers(3).await;
-    let api = &admin.api();
-    let job = create_job(
-        api,
-        json!({"name": overlap, "job_type": JOB_TYPE, "params": run_ms.to_string(),
-               "schedule": {"kind": "fix_rate", "every_ms": every_ms}, "route": "round",
-               "overlap": overlap, "misfire_threshold_ms": 60000}),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(secs)).await;
-    let (status, body) = api
-        .patch_json(&format!("/api/jobs/{job}"), &json!({"enabled": false}))
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::OK, "{body}");
-    let runs = quiesce(api, &[job], Duration::from_secs(120)).await;
-    for r in &runs {
-        eprintln!(
-            "run {} {} fire {} started {} finished {} on {} {}",
-            r["id"],
-            r["status"],
-            r["fire_time"],
-            r["started_at"],
-            r["finished_at"],
-            r["worker_id"],
-            r["message"]
-        );
-    }
-    runs
-}
-
-fn started(runs: &[Value]) -> Vec<&Value> {
-    runs.iter().filter(|r| !r["started_at"].is_null()).collect()
-}
-
-#[tokio::test]
-async fn overlap_skip_never_runs_a_job_twice_at_once_across_workers_and_records_the_skipped_fires()
-{
-    let runs = overlap_scenario("skip", 1000, 3000, 10).await;
-    let ran = started(&runs);
-    assert!(ran.len() >= 2, "{runs:?}");
-    assert_eq!(most_at_once(&ran), 1, "two runs of the job at once");
-    let skipped: Vec<&Value> = runs.iter().filter(|r| r["status"] == "skipped").collect();
-    assert!(skipped.len() >= 4, "{runs:?}");
-    for r in &skipped {
-        assert!(r["started_at"].is_null(), "{r}");
-        assert!(
-            r["message"]
-                .as_str()
-                .unwrap()
-                .contains("overlap policy skip"),
-            "{r}"
-        );
-    }
-    // Round routing spread the runs that did go over more than one worker.
-    let workers: std::collections::BTreeSet<&str> =
-        ran.iter().filter_map(|r| r["worker_id"].as_str()).collect();
-    assert!(workers.len() > 1, "{workers:?}");
-}
-
-#[tokio::test]
-async fn overlap_buffer_one_keeps_one_fire_waiting_and_skips_the_rest() {
-    let runs = overlap_scenario("buffer_one", 1000, 2500, 10).await;
-    let ran = started(&runs);
-    assert_eq!(most_at_once(&ran), 1, "two runs of the job at once");
-    assert!(ran.iter().all(|r| r["status"] == "succeeded"), "{runs:?}");
-    let skipped: Vec<&Value> = runs.iter().filter(|r| r["status"] == "skipped").collect();
-    assert!(!skipped.is_empty(), "{runs:?}");
-    assert!(skipped
-        .iter()
-        .all(|r| r["message"].as_str().unwrap().contains("buffer_one")));
-    // The buffered fire starts as soon as the one before it ended: one after another, no gap
-    // longer than the release round, publication and pickup.
-    let mut spans: Vec<_> = ran
-        .iter()
-        .map(|r| (time(&r["started_at"]), time(&r["finished_at"])))
-        .collect();
-    spans.sort();
-    for w in spans.windows(2) {
-        let gap = (w[1].0 - w[0].1).num_milliseconds();
-        assert!(gap < 2000, "{gap} ms between runs: {w:?}");
-    }
-}
-
-#[tokio::test]
-async fn overlap_cancel_other_cancels_the_run_in_flight_for_the_newest_fire() {
-    let runs = overlap_scenario("cancel_other", 2000, 5000, 9).await;
-    let ran = started(&runs);
-    assert_eq!(most_at_once(&ran), 1, "two runs of the job at once");
-    let cancelled: Vec<&Value> = ran
-        .iter()
-        .copied()
-        .filter(|r| r["status"] == "cancelled")
-        .collect();
-    assert!(cancelled.len() >= 2, "{runs:?}");
-    for r in &cancelled {
-        // Cut short by the next fire, before its 5 s.
-        let (s, f) = (time(&r["started_at"]), time(&r["finished_at"]));
-        assert!((f - s).num_milliseconds() < 4_500, "{r}");
-    }
 }
 
 #[tokio::test]
@@ -620,6 +635,40 @@ async fn the_cli_creates_changes_lists_and_deletes_groups() {
     let out = cli("groups create other --limit 0").await;
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(out.stderr.contains("limit"), "{}", out.stderr);
+    // Six runs and no worker: four take the slots, two wait, listed in their order.
+    let api = admin.api();
+    let job = create_job(
+        &api,
+        json!({"name": "queued", "job_type": JOB_TYPE, "schedule": {"kind": "none"},
+               "concurrency_group": "warehouse"}),
+    )
+    .await;
+    for _ in 0..6 {
+        let (status, body) = api
+            .post_empty(&format!("/api/jobs/{job}/trigger"))
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    let queue = wait_for(Duration::from_secs(20), "four runs released", || async {
+        let out = cli("groups queue warehouse").await;
+        Ok((out.code == 0 && out.stdout.lines().count() == 3).then_some(out))
+    })
+    .await
+    .unwrap();
+    let places: Vec<&str> = queue
+        .stdout
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(places, ["1", "2"], "{}", queue.stdout);
+    assert!(
+        queue.stdout.trim_start().starts_with("PLACE"),
+        "{}",
+        queue.stdout
+    );
+    change_job(&api, job, json!({"concurrency_group": null})).await;
     let out = cli("groups delete warehouse").await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let out = cli("groups list --json").await;

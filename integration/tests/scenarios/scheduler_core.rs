@@ -1185,3 +1185,121 @@ async fn schedule_kinds_edits_and_disabled_time() {
         .collect();
     assert!(during.is_empty(), "runs for the disabled time: {during:?}");
 }
+
+/// Jitter: 1,000 jobs of one cron expression (once a minute) with a minute of jitter are due
+/// spread over the whole minute, each at the expression's time plus its own offset, which the
+/// preview of its schedule shows too; a job firing every second with a second of jitter runs
+/// each second at its offset, on time.
+#[tokio::test]
+async fn jitter_spreads_a_thousand_jobs_of_one_cron_expression_over_its_range() {
+    let cluster = Cluster::start().await.unwrap();
+    let admin = cluster.spawn_admin(&[]).await.unwrap();
+    let api = admin.api();
+    // Jitter is for cron schedules; a wrong one names the field.
+    for (body, why) in [
+        (
+            json!({"name": "r", "job_type": "jitter.min", "jitter_ms": 1000,
+                   "schedule": {"kind": "fix_rate", "every_ms": 1000}}),
+            "cron schedules only",
+        ),
+        (
+            json!({"name": "r", "job_type": "jitter.min", "jitter_ms": -1,
+                   "schedule": {"kind": "cron", "expr": "0 * * * * ?"}}),
+            "between 0 and",
+        ),
+    ] {
+        let (status, err) = api.post_json("/api/jobs", &body).await.unwrap();
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{err}");
+        assert_eq!(err["error"]["field"], "jitter_ms", "{err}");
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(why),
+            "{err}"
+        );
+    }
+    let mut ids = Vec::new();
+    for chunk in 0..20 {
+        let made = futures::future::join_all((0..50).map(|i| {
+            let api = api.clone();
+            async move {
+                api.create_job(&json!({
+                    "name": format!("minutely {}", chunk * 50 + i), "job_type": "jitter.min",
+                    "schedule": {"kind": "cron", "expr": "0 * * * * ?"}, "jitter_ms": 60000}))
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        ids.extend(made);
+    }
+    let (_, page) = api
+        .get_json("/api/jobs?job_type=jitter.min&limit=1000")
+        .await
+        .unwrap();
+    let jobs = page["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 1000);
+    // Each is due at a whole minute plus its offset (below a minute): the offset is where in
+    // its minute it falls.
+    let mut offsets = std::collections::BTreeSet::new();
+    let mut minutes = std::collections::BTreeSet::new();
+    for j in jobs {
+        assert_eq!(j["jitter_ms"], 60000, "{j}");
+        let next = time(&j["next_fire_at"]);
+        let ms = next.timestamp_millis();
+        offsets.insert(ms.rem_euclid(60_000));
+        minutes.insert(ms.div_euclid(60_000));
+    }
+    assert!(minutes.len() <= 3, "due within a few minutes: {minutes:?}");
+    assert!(offsets.len() >= 900, "{} distinct offsets", offsets.len());
+    for tenth in 0..10 {
+        let n = offsets.range(tenth * 6_000..(tenth + 1) * 6_000).count();
+        assert!(
+            n > 50,
+            "{n} of 1,000 jobs in the {tenth}th tenth of the minute"
+        );
+    }
+    // The preview of a job's schedule with its id and jitter shows its own fire times.
+    let one = &jobs[0];
+    let (status, preview) = api
+        .get_json(&format!(
+            "/api/schedules/preview?expr=0%20*%20*%20*%20*%20%3F&jitter_ms=60000&job_id={}&count=2",
+            one["id"]
+        ))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    let first = time(&preview["fire_times"][0]);
+    let next = time(&one["next_fire_at"]);
+    assert!(
+        first == next || first == next + chrono::Duration::minutes(1),
+        "preview {first}, job due {next}"
+    );
+    // Every second, moved by one offset below a second: each run at that offset, on time.
+    let _worker = cluster
+        .spawn_worker("jitter.sec=noop", "jitter", &[])
+        .await
+        .unwrap();
+    let job = api
+        .create_job(&json!({"name": "every second", "job_type": "jitter.sec",
+            "schedule": {"kind": "cron", "expr": "* * * * * ?"}, "jitter_ms": 1000}))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (status, body) = api
+        .patch_json(&format!("/api/jobs/{job}"), &json!({"enabled": false}))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let runs = cadenza_integration::scenario::quiesce(&api, &[job], Duration::from_secs(60)).await;
+    assert!(runs.len() >= 4, "{runs:?}");
+    let offset = time(&runs[0]["fire_time"]).timestamp_subsec_millis();
+    for r in &runs {
+        assert_eq!(r["status"], "succeeded", "{r}");
+        let fire = time(&r["fire_time"]);
+        assert_eq!(fire.timestamp_subsec_millis(), offset, "{r}");
+        assert!(
+            time(&r["started_at"]) >= fire,
+            "started before its fire time: {r}"
+        );
+    }
+    let _ = ids;
+}
